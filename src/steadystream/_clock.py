@@ -1,0 +1,108 @@
+"""Injectable clocks.
+
+Everything that waits (pacers' live driver, watchdogs, schedulers, the lab engine) takes a
+:class:`Clock`, so tests drive it in simulated time with :class:`FakeClock` and the same code
+runs live on :class:`MonotonicClock`. Times are integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from typing import Protocol
+
+__all__ = ["Clock", "FakeClock", "MonotonicClock", "NS_PER_MS", "NS_PER_S"]
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+
+class Clock(Protocol):
+    """A source of monotonic time in nanoseconds and a way to wait for it."""
+
+    def now_ns(self) -> int: ...
+
+    async def sleep_until(self, deadline_ns: int) -> None: ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.perf_counter_ns`` and ``asyncio.sleep``."""
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns()
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        delay = deadline_ns - time.perf_counter_ns()
+        await asyncio.sleep(max(0.0, delay / NS_PER_S))
+
+
+class FakeClock:
+    """A clock that only moves when told to.
+
+    ``await clock.sleep_until(t)`` parks the caller until :meth:`advance` (or
+    :meth:`advance_to`) moves time to ``t`` or beyond. Sleepers wake in deadline order, and
+    each wake-up runs the woken task before time moves further, so a test sees exactly the
+    interleaving that real time would give.
+    """
+
+    def __init__(self, start_ns: int = 0) -> None:
+        self._now = start_ns
+        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def now_ns(self) -> int:
+        return self._now
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        if deadline_ns <= self._now:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (deadline_ns, next(self._order), future))
+        await future
+
+    @property
+    def next_deadline(self) -> int | None:
+        """The earliest deadline anyone waits for, or None when nobody sleeps."""
+        self._drop_cancelled()
+        return self._sleepers[0][0] if self._sleepers else None
+
+    async def advance(self, delta_ns: int) -> None:
+        await self.advance_to(self._now + delta_ns)
+
+    async def advance_to(self, target_ns: int) -> None:
+        """Move time to ``target_ns``, waking every sleeper due on the way, in order."""
+        if target_ns < self._now:
+            raise ValueError(f"time cannot go back: {target_ns} < {self._now}")
+        await _settle()
+        while True:
+            self._drop_cancelled()
+            if not self._sleepers or self._sleepers[0][0] > target_ns:
+                break
+            deadline, _, future = heapq.heappop(self._sleepers)
+            self._now = max(self._now, deadline)
+            future.set_result(None)
+            await _settle()
+        self._now = target_ns
+        await _settle()
+
+    async def run_until_idle(self, limit_ns: int | None = None) -> None:
+        """Advance from deadline to deadline until nobody sleeps (or ``limit_ns`` is reached)."""
+        await _settle()
+        while (deadline := self.next_deadline) is not None:
+            if limit_ns is not None and deadline > limit_ns:
+                await self.advance_to(limit_ns)
+                return
+            await self.advance_to(deadline)
+
+    def _drop_cancelled(self) -> None:
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+
+
+async def _settle(rounds: int = 20) -> None:
+    # Let woken tasks run until they block again; a few loop turns cover chains of awaits.
+    for _ in range(rounds):
+        await asyncio.sleep(0)

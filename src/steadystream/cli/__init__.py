@@ -1,0 +1,40 @@
+"""The ``steadystream`` command: one module per command, each importing its heavy parts lazily."""
+
+from __future__ import annotations
+
+import typer
+
+from steadystream.__about__ import __version__
+
+app = typer.Typer(
+    name="steadystream",
+    help="See and fix the stutter in LLM token streams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"steadystream {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """See and fix the stutter in LLM token streams."""
+
+
+def _register() -> None:
+    # Command modules import only typer at module level, so `--help` stays instant.
+    from steadystream.cli import analyze  # noqa: F401  (one import per command module)
+
+
+def main() -> None:
+    _register()
+    app()

@@ -1,0 +1,286 @@
+"""The stream timeline: one streamed response as parallel arrays of timed chunk events.
+
+Every part of steadystream speaks this model (docs/format.md describes it field by field):
+producers (bench, gateway, lab) make timelines, transforms (pacers, injection) turn timelines
+into timelines, consumers (metrics, attribution, reports) read them.
+
+Times are integer nanoseconds offset from the stream's own request-sent instant, so runs
+recorded by many processes merge without clock arithmetic. Events are kept as parallel
+arrays, never one object per chunk: that is what keeps analysis of millions of chunks fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from steadystream._types import (
+    TEXT_KINDS,
+    Event,
+    EventKind,
+    Int64Array,
+    Nanos,
+    Outcome,
+    TokenSource,
+    Where,
+)
+
+__all__ = [
+    "SCHEMA",
+    "Timeline",
+    "assign_tokens",
+    "estimate_tokens",
+]
+
+SCHEMA = "steadystream.timeline/1"
+
+_TEXT_KIND_VALUES = np.array(sorted(int(k) for k in TEXT_KINDS), dtype=np.uint8)
+
+
+@dataclass(slots=True, eq=False)
+class Timeline:
+    """One stream, seen from one vantage point.
+
+    Parallel event arrays (all the same length, in arrival order):
+
+    - ``times``: int64 ns offsets from request sent
+    - ``tokens``: int32 token count of each event
+    - ``wire_bytes``: int32 bytes the event took on the wire (0 when unknown)
+    - ``text_bytes``: int32 UTF-8 bytes of the event's text
+    - ``kinds``: uint8 :class:`EventKind` values
+    - ``texts``: the text pieces, only when the recorder was told to keep text
+
+    ``annotations`` maps a name (for example ``"cause"``) to one label per event; the label at
+    index ``i`` describes the gap that ends at event ``i`` (None: nothing to say).
+    """
+
+    stream_id: str
+    where: Where
+    times: Int64Array
+    tokens: npt.NDArray[np.int32]
+    wire_bytes: npt.NDArray[np.int32]
+    text_bytes: npt.NDArray[np.int32]
+    kinds: npt.NDArray[np.uint8]
+    texts: list[str] | None = None
+    header_ns: Nanos | None = None
+    first_byte_ns: Nanos | None = None
+    end_ns: Nanos | None = None
+    outcome: Outcome = Outcome.COMPLETE
+    error: str | None = None
+    usage: dict[str, int] | None = None
+    token_source: TokenSource = TokenSource.EXACT
+    labels: dict[str, str] = field(default_factory=dict)
+    started_at: float | None = None  # wall-clock UTC start, unix seconds
+    annotations: dict[str, list[str | None]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.times)
+        for name in ("tokens", "wire_bytes", "text_bytes", "kinds"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, times has {n}")
+        if self.texts is not None and len(self.texts) != n:
+            raise ValueError(f"texts has {len(self.texts)} entries, times has {n}")
+        for name, notes in self.annotations.items():
+            if len(notes) != n:
+                raise ValueError(f"annotation {name!r} has {len(notes)} entries, times has {n}")
+
+    # -- builders ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_events(
+        cls,
+        events: Iterable[Event | tuple[Any, ...]],
+        *,
+        stream_id: str,
+        where: Where | str = Where.CLIENT,
+        keep_text: bool = True,
+        header_ns: Nanos | None = None,
+        first_byte_ns: Nanos | None = None,
+        end_ns: Nanos | None = None,
+        outcome: Outcome | str = Outcome.COMPLETE,
+        error: str | None = None,
+        usage: Mapping[str, int] | None = None,
+        token_source: TokenSource | str = TokenSource.EXACT,
+        labels: Mapping[str, str] | None = None,
+        started_at: float | None = None,
+        annotations: Mapping[str, Sequence[str | None]] | None = None,
+    ) -> Timeline:
+        """Build a timeline from ``(time_ns, text, tokens, kind[, wire_bytes])`` events.
+
+        ``first_byte_ns`` defaults to the first event's time and ``end_ns`` to the last's.
+        """
+        rows = [Event(*e) for e in events]
+        times = np.fromiter((e.time_ns for e in rows), dtype=np.int64, count=len(rows))
+        text_bytes = np.fromiter(
+            (len(e.text.encode()) for e in rows), dtype=np.int32, count=len(rows)
+        )
+        return cls(
+            stream_id=stream_id,
+            where=Where(where),
+            times=times,
+            tokens=np.fromiter((e.tokens for e in rows), dtype=np.int32, count=len(rows)),
+            wire_bytes=np.fromiter(
+                (e.wire_bytes or 0 for e in rows), dtype=np.int32, count=len(rows)
+            ),
+            text_bytes=text_bytes,
+            kinds=np.fromiter((int(e.kind) for e in rows), dtype=np.uint8, count=len(rows)),
+            texts=[e.text for e in rows] if keep_text else None,
+            header_ns=header_ns,
+            first_byte_ns=first_byte_ns if first_byte_ns is not None else _first(times),
+            end_ns=end_ns if end_ns is not None else _last(times),
+            outcome=Outcome(outcome),
+            error=error,
+            usage=dict(usage) if usage is not None else None,
+            token_source=TokenSource(token_source),
+            labels=dict(labels or {}),
+            started_at=started_at,
+            annotations={k: list(v) for k, v in (annotations or {}).items()},
+        )
+
+    @classmethod
+    def from_sse(
+        cls, reads: Iterable[tuple[Nanos, bytes]], *, stream_id: str, **kwargs: Any
+    ) -> Timeline:
+        """Build a timeline from raw OpenAI-compatible SSE bytes and their arrival times.
+
+        ``reads`` are ``(arrival_ns, bytes)`` pairs as the socket delivered them; an event is
+        stamped with the arrival of the read that completed it. See
+        :func:`steadystream.protocol.openai.timeline_from_sse` for the keyword arguments.
+        """
+        from steadystream.protocol.openai import timeline_from_sse
+
+        return timeline_from_sse(reads, stream_id=stream_id, **kwargs)
+
+    # -- views ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __repr__(self) -> str:
+        return (
+            f"Timeline(stream_id={self.stream_id!r}, where={self.where.value!r}, "
+            f"events={len(self)}, tokens={self.total_tokens}, outcome={self.outcome.value!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        arrays = ("times", "tokens", "wire_bytes", "text_bytes", "kinds")
+        scalars = (
+            "stream_id", "where", "texts", "header_ns", "first_byte_ns", "end_ns", "outcome",
+            "error", "usage", "token_source", "labels", "started_at", "annotations", "meta",
+        )
+        return all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays) and all(
+            getattr(self, s) == getattr(other, s) for s in scalars
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def text_mask(self) -> npt.NDArray[np.bool_]:
+        """True for events that carry text the user sees (content, reasoning, tool call)."""
+        return np.isin(self.kinds, _TEXT_KIND_VALUES) & (self.tokens > 0)
+
+    @property
+    def total_tokens(self) -> int:
+        return int(self.tokens[self.text_mask].sum())
+
+    @property
+    def text(self) -> str | None:
+        """The text the stream delivered, when it was kept."""
+        if self.texts is None:
+            return None
+        mask = self.text_mask
+        return "".join(t for t, keep in zip(self.texts, mask, strict=True) if keep)
+
+    def events(self) -> list[Event]:
+        """The events as :class:`Event` tuples (texts empty when not kept)."""
+        texts = self.texts if self.texts is not None else [""] * len(self)
+        return [
+            Event(int(t), s, int(n), EventKind(int(k)), int(w))
+            for t, s, n, k, w in zip(
+                self.times, texts, self.tokens, self.kinds, self.wire_bytes, strict=True
+            )
+        ]
+
+    def without_text(self) -> Timeline:
+        """A copy that keeps no text (what recorders write unless told otherwise)."""
+        return self.replace(texts=None)
+
+    def replace(self, **changes: Any) -> Timeline:
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update(changes)
+        return Timeline(**values)
+
+
+# -- token counts -----------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate the tokens in ``text`` without a tokenizer (none may be downloaded here).
+
+    English BPE vocabularies average about four characters per token; words are a floor so
+    that short pieces count. Used only when the provider reports no usage at all.
+    """
+    if not text:
+        return 0
+    return max(len(text.split()), math.ceil(len(text) / 4), 1)
+
+
+def assign_tokens(
+    kinds: npt.NDArray[np.uint8],
+    text_bytes: npt.NDArray[np.int32],
+    *,
+    texts: Sequence[str] | None = None,
+    usage_completion_tokens: int | None = None,
+) -> tuple[npt.NDArray[np.int32], TokenSource]:
+    """Token counts per event from what the provider told us (DESIGN: token counts).
+
+    - the final usage total equals the number of text events: one token per event;
+    - a usage total otherwise: spread over the text events in proportion to their text,
+      by largest remainder so the counts add up to the total exactly;
+    - no usage: an estimate from the text (or four bytes a token when texts are not kept).
+
+    Every text event gets at least one token, so a chunk the user saw is never a zero.
+    """
+    text_events = np.isin(kinds, _TEXT_KIND_VALUES) & (text_bytes > 0)
+    tokens = np.zeros(len(kinds), dtype=np.int32)
+    count = int(text_events.sum())
+    if count == 0:
+        return tokens, TokenSource.EXACT if usage_completion_tokens is None else (
+            TokenSource.USAGE_ONE_PER_EVENT
+        )
+    if usage_completion_tokens is not None and usage_completion_tokens == count:
+        tokens[text_events] = 1
+        return tokens, TokenSource.USAGE_ONE_PER_EVENT
+    if usage_completion_tokens is not None and usage_completion_tokens > count:
+        weights = text_bytes[text_events].astype(np.float64)
+        extra = usage_completion_tokens - count  # each event already holds one token
+        share = weights / weights.sum() * extra
+        floor = np.floor(share).astype(np.int32)
+        remainder = extra - int(floor.sum())
+        if remainder:
+            order = np.argsort(-(share - floor), kind="stable")[:remainder]
+            floor[order] += 1
+        tokens[text_events] = 1 + floor
+        return tokens, TokenSource.USAGE_PROPORTIONAL
+    if texts is not None:
+        idx = np.flatnonzero(text_events)
+        tokens[idx] = [max(1, estimate_tokens(texts[i])) for i in idx]
+    else:
+        tokens[text_events] = np.maximum(1, np.ceil(text_bytes[text_events] / 4)).astype(np.int32)
+    return tokens, TokenSource.ESTIMATED
+
+
+def _first(times: Int64Array) -> Nanos | None:
+    return int(times[0]) if len(times) else None
+
+
+def _last(times: Int64Array) -> Nanos | None:
+    return int(times[-1]) if len(times) else None
