@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/steadystream demo
+	$(BIN)/steadystream analyze examples/sample-run.jsonl
 
 test: lint typecheck unit
 

@@ -272,7 +272,7 @@ def assign_tokens(
         return tokens, TokenSource.USAGE_PROPORTIONAL
     if texts is not None:
         idx = np.flatnonzero(text_events)
-        tokens[idx] = [max(1, estimate_tokens(texts[i])) for i in idx]
+        tokens[idx] = [max(1, estimate_tokens(texts[int(i)])) for i in idx]
     else:
         tokens[text_events] = np.maximum(1, np.ceil(text_bytes[text_events] / 4)).astype(np.int32)
     return tokens, TokenSource.ESTIMATED

@@ -1,0 +1,387 @@
+"""Per-stream metrics: what a person watching one stream feels, in numbers.
+
+Pure numpy, no I/O. Every metric is defined once in docs/metrics.md (cited here by its
+section, e.g. ``[metrics.md#gaps]``). Computation is vectorised over all streams at once:
+events of every stream are concatenated and reduced by segment (see ``_segments``), so a
+100,000-stream run costs a few hundred numpy calls, not a Python loop per chunk.
+
+A metric that cannot be computed for a stream is NaN in a :class:`StreamTable` column and
+None in :class:`StreamMetrics`, never 0: a one-token stream has no gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from steadystream import _quality
+from steadystream._segments import (
+    segment_ids,
+    segment_percentiles,
+    segment_starts,
+    segment_sum,
+)
+from steadystream._types import TEXT_KINDS, Outcome
+from steadystream.timeline import Timeline
+
+__all__ = [
+    "STREAM_COLUMNS",
+    "MetricConfig",
+    "StreamMetrics",
+    "StreamTable",
+    "stream_metrics",
+    "stream_table",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_NS = 1e9
+_GAP_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 100.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricConfig:
+    """Thresholds and model parameters; defaults are the field's (docs/metrics.md#defaults)."""
+
+    stall_threshold_ns: int = 400_000_000
+    ttft_target_ns: int = 800_000_000
+    jitter_flag: float = 5.0
+    head_window_ns: int = 200_000_000
+    qoe_expected_ttft_ns: int = 1_000_000_000
+    qoe_pace_ns_per_token: int = 100_000_000  # 10 tokens/s, about 7.5 words/s
+    qoe_form: str = "exact"  # or "discrete": the issue's discrete form, for comparison
+    fluidity_prompt_deadline_ns: int = 100_000_000
+    fluidity_decode_deadline_ns: int = 50_000_000
+    fluidity_form: str = "documented"  # or "code": one long gap counts as several misses
+
+    def __post_init__(self) -> None:
+        positive = (
+            "stall_threshold_ns", "ttft_target_ns", "head_window_ns", "qoe_expected_ttft_ns",
+            "qoe_pace_ns_per_token", "fluidity_prompt_deadline_ns", "fluidity_decode_deadline_ns",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.jitter_flag <= 1:
+            raise ValueError(f"jitter_flag must be above 1, got {self.jitter_flag}")
+        if self.qoe_form not in ("exact", "discrete"):
+            raise ValueError(f"qoe_form must be 'exact' or 'discrete', got {self.qoe_form!r}")
+        if self.fluidity_form not in ("documented", "code"):
+            raise ValueError(
+                f"fluidity_form must be 'documented' or 'code', got {self.fluidity_form!r}"
+            )
+
+
+STREAM_COLUMNS = (
+    "ttfb_s", "ttft_s", "e2el_s", "tpot_s", "output_tokens", "chunks", "gaps",
+    "gap_p50_s", "gap_p90_s", "gap_p95_s", "gap_p99_s", "max_gap_s", "gap_mean_s",
+    "gap_stdev_s", "gap_cv", "jitter_ratio", "unstable", "stall_count", "stall_time_s",
+    "longest_stall_token", "longest_stall_fraction", "tokens_per_chunk", "envelope_overhead",
+    "head_burst", "qoe", "fluidity",
+)
+"""Column names of a :class:`StreamTable`, in display order."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMetrics:
+    """One stream's metrics; None where undefined (docs/metrics.md#per-stream)."""
+
+    stream_id: str
+    outcome: Outcome
+    ttfb_s: float | None
+    ttft_s: float | None
+    e2el_s: float | None
+    tpot_s: float | None
+    output_tokens: int
+    chunks: int
+    gaps: int
+    gap_p50_s: float | None
+    gap_p90_s: float | None
+    gap_p95_s: float | None
+    gap_p99_s: float | None
+    max_gap_s: float | None
+    gap_mean_s: float | None
+    gap_stdev_s: float | None
+    gap_cv: float | None
+    jitter_ratio: float | None
+    unstable: bool | None
+    stall_count: int | None
+    stall_time_s: float | None
+    longest_stall_token: int | None
+    longest_stall_fraction: float | None
+    tokens_per_chunk: float | None
+    envelope_overhead: float | None
+    head_burst: float | None
+    qoe: float | None
+    fluidity: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTable:
+    """Metrics of many streams, one float64 column per metric (NaN = undefined)."""
+
+    stream_ids: list[str]
+    outcomes: list[Outcome]
+    labels: list[dict[str, str]]
+    token_sources: list[str]
+    columns: dict[str, FloatArray]
+    gap_values_s: FloatArray  # every stream's gaps, concatenated
+    gap_counts: IntArray  # how many gaps each stream has
+
+    def __len__(self) -> int:
+        return len(self.stream_ids)
+
+    def column(self, name: str) -> FloatArray:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise KeyError(f"no metric {name!r}; known: {', '.join(STREAM_COLUMNS)}") from None
+
+    def row(self, index: int) -> StreamMetrics:
+        def real(name: str) -> float | None:
+            return _optional(self.columns[name][index])
+
+        def count(name: str) -> int | None:
+            v = real(name)
+            return None if v is None else int(v)
+
+        unstable = real("unstable")
+        return StreamMetrics(
+            stream_id=self.stream_ids[index],
+            outcome=self.outcomes[index],
+            ttfb_s=real("ttfb_s"),
+            ttft_s=real("ttft_s"),
+            e2el_s=real("e2el_s"),
+            tpot_s=real("tpot_s"),
+            output_tokens=int(self.columns["output_tokens"][index]),
+            chunks=int(self.columns["chunks"][index]),
+            gaps=int(self.columns["gaps"][index]),
+            gap_p50_s=real("gap_p50_s"),
+            gap_p90_s=real("gap_p90_s"),
+            gap_p95_s=real("gap_p95_s"),
+            gap_p99_s=real("gap_p99_s"),
+            max_gap_s=real("max_gap_s"),
+            gap_mean_s=real("gap_mean_s"),
+            gap_stdev_s=real("gap_stdev_s"),
+            gap_cv=real("gap_cv"),
+            jitter_ratio=real("jitter_ratio"),
+            unstable=None if unstable is None else bool(unstable),
+            stall_count=count("stall_count"),
+            stall_time_s=real("stall_time_s"),
+            longest_stall_token=count("longest_stall_token"),
+            longest_stall_fraction=real("longest_stall_fraction"),
+            tokens_per_chunk=real("tokens_per_chunk"),
+            envelope_overhead=real("envelope_overhead"),
+            head_burst=real("head_burst"),
+            qoe=real("qoe"),
+            fluidity=real("fluidity"),
+        )
+
+    def gaps_of(self, index: int) -> FloatArray:
+        start = int(self.gap_counts[:index].sum())
+        return self.gap_values_s[start : start + int(self.gap_counts[index])]
+
+
+def stream_metrics(timeline: Timeline, config: MetricConfig | None = None) -> StreamMetrics:
+    """Metrics of one stream (the same vectorised code, over a fleet of one)."""
+    return stream_table([timeline], config).row(0)
+
+
+def stream_table(
+    timelines: Sequence[Timeline], config: MetricConfig | None = None
+) -> StreamTable:
+    """Per-stream metrics of every timeline, computed for all streams at once."""
+    cfg = config or MetricConfig()
+    n = len(timelines)
+    text = _TextEvents.gather(timelines)
+    cols: dict[str, FloatArray] = {}
+    nan = np.full(n, np.nan)
+
+    has_text = text.counts > 0
+    starts = segment_starts(text.counts)
+    last = starts + text.counts - 1
+    ttft = nan.copy()
+    ttft[has_text] = text.times[starts[has_text]]
+    e2el = nan.copy()
+    e2el[has_text] = text.times[last[has_text]]
+    output_tokens = segment_sum(text.tokens, text.counts)
+
+    # [metrics.md#latency]
+    cols["ttfb_s"] = np.array(
+        [np.nan if t.first_byte_ns is None else t.first_byte_ns for t in timelines],
+        dtype=np.float64,
+    ) / _NS
+    cols["ttft_s"] = ttft / _NS
+    cols["e2el_s"] = e2el / _NS
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["tpot_s"] = np.where(
+            output_tokens >= 2, (e2el - ttft) / (output_tokens - 1), np.nan
+        ) / _NS
+    cols["output_tokens"] = output_tokens
+    cols["chunks"] = text.counts.astype(np.float64)
+
+    # [metrics.md#gaps] gaps between consecutive text events, after the first one
+    gap_counts = np.maximum(text.counts - 1, 0)
+    not_first = np.ones(len(text.times), dtype=bool)
+    not_first[starts[has_text]] = False
+    gaps = np.diff(text.times, prepend=0)[not_first]
+    cols["gaps"] = gap_counts.astype(np.float64)
+    pct_ns = segment_percentiles(gaps, gap_counts, _GAP_PERCENTILES)
+    pct = pct_ns / _NS
+    for i, name in enumerate(("gap_p50_s", "gap_p90_s", "gap_p95_s", "gap_p99_s", "max_gap_s")):
+        cols[name] = pct[:, i]
+    has_gaps = gap_counts > 0
+    gaps_s = gaps / _NS
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(has_gaps, segment_sum(gaps_s, gap_counts) / gap_counts, np.nan)
+        ids = segment_ids(gap_counts)
+        var = segment_sum((gaps_s - mean[ids]) ** 2, gap_counts) / gap_counts
+        stdev = np.where(has_gaps, np.sqrt(var), np.nan)
+        cols["gap_mean_s"] = mean
+        cols["gap_stdev_s"] = stdev
+        cols["gap_cv"] = np.where(mean > 0, stdev / mean, np.nan)
+        # [metrics.md#jitter]
+        p50 = cols["gap_p50_s"]
+        ratio = np.where(p50 > 0, cols["gap_p99_s"] / p50, np.nan)
+    cols["jitter_ratio"] = ratio
+    cols["unstable"] = np.where(np.isnan(ratio), np.nan, (ratio > cfg.jitter_flag) * 1.0)
+
+    # [metrics.md#stalls]
+    stalled = gaps > cfg.stall_threshold_ns
+    stall_count = segment_sum(stalled, gap_counts)
+    cols["stall_count"] = np.where(has_gaps, stall_count, np.nan)
+    cols["stall_time_s"] = np.where(has_gaps, segment_sum(gaps * stalled, gap_counts) / _NS, np.nan)
+    cols["longest_stall_token"], cols["longest_stall_fraction"] = _longest_stall(
+        text, gaps, gap_counts, pct_ns[:, -1], stall_count, output_tokens
+    )
+
+    # [metrics.md#chunks]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["tokens_per_chunk"] = np.where(has_text, output_tokens / text.counts, np.nan)
+        wire = text.wire_bytes
+        text_bytes = segment_sum(text.text_bytes, text.counts)
+        cols["envelope_overhead"] = np.where(
+            (wire > 0) & (text_bytes > 0), wire / text_bytes, np.nan
+        )
+    cols["head_burst"] = _head_burst(text, gaps, gap_counts, ttft, cfg)
+
+    # [metrics.md#qoe] and [metrics.md#fluidity]
+    token_times, token_counts = text.token_times()
+    cols["qoe"] = _quality.andes_qoe(token_times, token_counts, cfg)
+    cols["fluidity"] = _quality.fluidity(token_times, token_counts, cfg)
+
+    return StreamTable(
+        stream_ids=[t.stream_id for t in timelines],
+        outcomes=[t.outcome for t in timelines],
+        labels=[t.labels for t in timelines],
+        token_sources=[t.token_source.value for t in timelines],
+        columns={name: np.asarray(cols[name], dtype=np.float64) for name in STREAM_COLUMNS},
+        gap_values_s=gaps_s,
+        gap_counts=gap_counts,
+    )
+
+
+_IS_TEXT_KIND = np.zeros(256, dtype=bool)
+_IS_TEXT_KIND[[int(k) for k in TEXT_KINDS]] = True
+
+
+@dataclass(frozen=True, slots=True)
+class _TextEvents:
+    """The text-bearing events of many streams, concatenated (times in ns)."""
+
+    times: IntArray
+    tokens: IntArray
+    text_bytes: IntArray
+    counts: IntArray
+    wire_bytes: FloatArray  # every event's wire bytes summed per stream
+
+    @classmethod
+    def gather(cls, timelines: Sequence[Timeline]) -> _TextEvents:
+        if not timelines:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, empty, np.zeros(0))
+        # One concatenation per field, then every mask and count over the whole run at once.
+        event_counts = np.fromiter((len(t) for t in timelines), np.int64, len(timelines))
+        kinds = np.concatenate([t.kinds for t in timelines])
+        tokens = np.concatenate([t.tokens for t in timelines]).astype(np.int64)
+        mask = _IS_TEXT_KIND[kinds] & (tokens > 0)
+        return cls(
+            times=np.concatenate([t.times for t in timelines])[mask],
+            tokens=tokens[mask],
+            text_bytes=np.concatenate([t.text_bytes for t in timelines])[mask].astype(np.int64),
+            counts=segment_sum(mask, event_counts).astype(np.int64),
+            wire_bytes=segment_sum(np.concatenate([t.wire_bytes for t in timelines]), event_counts),
+        )
+
+    def token_times(self) -> tuple[IntArray, IntArray]:
+        """Every token's arrival time: a k-token chunk is k tokens arriving together."""
+        counts = segment_sum(self.tokens, self.counts).astype(np.int64)
+        if len(self.tokens) == int(counts.sum()):
+            return self.times, counts  # one token per chunk: nothing to expand
+        return np.repeat(self.times, self.tokens), counts
+
+
+def _longest_stall(
+    text: _TextEvents,
+    gaps: IntArray,
+    gap_counts: IntArray,
+    max_gap: FloatArray,
+    stall_count: FloatArray,
+    output_tokens: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """Where the longest stall sits: tokens delivered before it, and that share of the stream."""
+    n = len(gap_counts)
+    token_index = np.full(n, np.nan)
+    if len(gaps) == 0:
+        return token_index, token_index.copy()
+    ids = segment_ids(gap_counts)
+    at_max = gaps == max_gap[ids]
+    streams, first = np.unique(ids[at_max], return_index=True)
+    gap_pos = np.flatnonzero(at_max)[first]  # first occurrence of each stream's max gap
+    # Gap j of a stream ends at its text event j + 1; the tokens delivered before it are the
+    # stream's tokens up to and including event j.
+    stream_start = segment_starts(text.counts)[streams]
+    within = gap_pos - segment_starts(gap_counts)[streams]
+    event_pos = stream_start + within + 1
+    cumulative = np.cumsum(text.tokens)
+    before_stream = np.where(stream_start > 0, cumulative[stream_start - 1], 0)
+    delivered = cumulative[event_pos - 1] - before_stream
+    token_index[streams] = delivered
+    token_index[~(stall_count > 0)] = np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = token_index / output_tokens
+    return token_index, fraction
+
+
+def _head_burst(
+    text: _TextEvents, gaps: IntArray, gap_counts: IntArray, ttft: FloatArray, cfg: MetricConfig
+) -> FloatArray:
+    """Tokens in the first window after TTFT over what the steady rate would have delivered.
+
+    The steady rate is the median gap after the window with its tokens per chunk: robust to a
+    stall later in the stream, which would otherwise make any head look like a burst.
+    """
+    window = cfg.head_window_ns
+    ids = segment_ids(text.counts)
+    in_head = text.times < ttft[ids] + window if len(ids) else np.zeros(0, dtype=bool)
+    head_tokens = segment_sum(text.tokens * in_head, text.counts)
+    # Gap j of a stream ends at its text event j + 1: drop each stream's first event's flags.
+    first = segment_starts(text.counts)[text.counts > 0]
+    ends_in_head = np.delete(in_head, first)
+    tail_gaps = gaps[~ends_in_head]
+    tail_counts = segment_sum(~ends_in_head, gap_counts).astype(np.int64)
+    median_gap = segment_percentiles(tail_gaps, tail_counts, (50.0,))[:, 0]
+    tail_tokens = segment_sum(np.delete(text.tokens, first)[~ends_in_head], tail_counts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_chunk = tail_tokens / tail_counts
+        expected = window / median_gap * per_chunk
+        burst = head_tokens / expected
+    return np.where((tail_counts > 0) & (median_gap > 0), burst, np.nan)
+
+
+def _optional(value: np.float64) -> float | None:
+    return None if np.isnan(value) else float(value)
