@@ -1,0 +1,84 @@
+"""`steadystream analyze` end to end on files, through typer's runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from steadystream.cli import _register, app
+from steadystream.files import write_jsonl
+from tests.test_metrics import paused_stream, steady_stream
+
+_register()
+runner = CliRunner()
+
+
+@pytest.fixture
+def run_file(tmp_path: Path) -> Path:
+    path = tmp_path / "run.jsonl"
+    a, b = steady_stream(), paused_stream()
+    a.labels["tenant"], b.labels["tenant"] = "acme", "globex"
+    write_jsonl(path, [a, b])
+    return path
+
+
+def test_table_leads_with_the_worst_gap(run_file: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file)])
+    assert result.exit_code == 0, result.output
+    assert result.output.index("worst gap") < result.output.index("per-stream p99")
+    assert "paused" in result.output
+    assert "p99-hides-freezes" in result.output
+
+
+def test_json_output(run_file: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file), "--json", "--by", "tenant"])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.output)
+    assert data["fleet"]["streams"] == 2
+    assert data["fleet"]["goodput"] == 0.5
+    assert data["fleet"]["p99_of_worst_gap_s"] == pytest.approx(1.9802)
+    assert set(data["groups"]) == {"acme", "globex"}
+    assert data["worst_streams"][0]["stream_id"] == "paused"
+
+
+def test_stall_threshold_option_changes_the_verdict(run_file: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file), "--json", "--stall-threshold", "3s"])
+    assert orjson.loads(result.output)["fleet"]["goodput"] == 1.0
+
+
+def test_bad_duration_names_the_option(run_file: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file), "--stall-threshold", "soon"])
+    assert result.exit_code == 2
+    assert "--stall-threshold" in result.output
+
+
+def test_malformed_line_names_file_line_and_field(run_file: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    lines = run_file.read_bytes().splitlines()
+    record = orjson.loads(lines[1])
+    record["times"] = "soon"
+    bad.write_bytes(lines[0] + b"\n" + orjson.dumps(record) + b"\n")
+    result = runner.invoke(app, ["analyze", str(bad)])
+    assert result.exit_code == 2
+    assert "bad.jsonl:2" in result.output
+    assert "times" in result.output
+
+
+def test_cut_off_file_loads_complete_streams_and_says_so(run_file: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.jsonl"
+    data = run_file.read_bytes()
+    cut.write_bytes(data[: len(data) - 40])
+    result = runner.invoke(app, ["analyze", str(cut), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = orjson.loads(result.output)
+    assert payload["fleet"]["streams"] == 1
+    assert "line 2" in payload["notes"][0]
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(tmp_path / "nope.jsonl")])
+    assert result.exit_code == 2
+    assert "nope.jsonl" in result.output
