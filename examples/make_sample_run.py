@@ -23,10 +23,7 @@ from steadystream import Event, EventKind, Timeline, TokenSource, Where
 from steadystream.files import write_jsonl
 
 MS = 1_000_000
-WORDS = (
-    "the stream stalls when the scheduler admits a long prompt , and the reader notices"
-    " every pause . but a steady cadence reads calm , or so the users say ."
-).split()
+WORDS = ["the", "stream", "stalls", "when", "the", "scheduler", "admits", "a", "long", "prompt", ",", "and", "the", "reader", "notices", "every", "pause", ".", "but", "a", "steady", "cadence", "reads", "calm", ",", "or", "so", "the", "users", "say", "."]
 ENVELOPE = 118  # bytes of JSON and SSE framing around each chunk's text
 
 
@@ -45,8 +42,9 @@ def _stream(
     for i, t in enumerate(times):
         words = [WORDS[(i * tokens_per_chunk + k) % len(WORDS)] for k in range(tokens_per_chunk)]
         text = " " + " ".join(words)
-        events.append(Event(int(t), text, tokens_per_chunk, EventKind.CONTENT,
-                            ENVELOPE + len(text.encode())))
+        events.append(
+            Event(int(t), text, tokens_per_chunk, EventKind.CONTENT, ENVELOPE + len(text.encode()))
+        )
     end = int(times[-1] + 3 * MS)
     events.append(Event(end, "", 0, EventKind.USAGE, 150))
     completion = tokens_per_chunk * len(times)
@@ -58,9 +56,13 @@ def _stream(
         header_ns=int(times[0] - 20 * MS - rng.integers(0, 10) * MS),
         first_byte_ns=events[0].time_ns,
         end_ns=end + 200_000,
-        usage={"prompt_tokens": 212, "completion_tokens": completion,
-               "total_tokens": 212 + completion},
-        token_source=TokenSource.USAGE_ONE_PER_EVENT if tokens_per_chunk == 1
+        usage={
+            "prompt_tokens": 212,
+            "completion_tokens": completion,
+            "total_tokens": 212 + completion,
+        },
+        token_source=TokenSource.USAGE_ONE_PER_EVENT
+        if tokens_per_chunk == 1
         else TokenSource.USAGE_PROPORTIONAL,
         labels=labels,
         started_at=started_at,
@@ -72,31 +74,58 @@ def sample_run(seed: int = 7) -> list[Timeline]:
     start = 1_763_700_000.0
     runs: list[Timeline] = []
     for i in range(6):
-        labels = {"model": "lab", "route": "/v1/chat/completions",
-                  "tenant": "acme" if i % 2 else "globex"}
+        labels = {
+            "model": "lab",
+            "route": "/v1/chat/completions",
+            "tenant": "acme" if i % 2 else "globex",
+        }
         jitter = rng.normal(0, 1.5, 199).clip(-8, 8)
-        runs.append(_stream(f"steady-{i}", 20 + jitter, labels=labels,
-                            started_at=start + i, rng=rng))
+        runs.append(
+            _stream(f"steady-{i}", 20 + jitter, labels=labels, started_at=start + i, rng=rng)
+        )
         paused = np.full(199, 10.0) + jitter / 2
         paused[99] = 2000.0 + paused[99] - 10.0
-        runs.append(_stream(f"paused-{i}", paused, labels=labels,
-                            started_at=start + i + 0.3, rng=rng))
+        runs.append(
+            _stream(f"paused-{i}", paused, labels=labels, started_at=start + i + 0.3, rng=rng)
+        )
         burst = np.concatenate([np.full(29, 0.2), 35 + rng.normal(0, 2, 120).clip(-6, 6)])
-        runs.append(_stream(f"head-burst-{i}", burst, ttft_ms=420, labels=labels,
-                            started_at=start + i + 0.5, rng=rng))
-        runs.append(_stream(f"single-token-{i}", 12 + rng.normal(0, 1, 249).clip(-3, 3),
-                            labels={**labels, "route": "/v1/completions"},
-                            started_at=start + i + 0.6, rng=rng))
-        runs.append(_stream(f"coalesced-{i}", 80 + rng.normal(0, 4, 49).clip(-10, 10),
-                            tokens_per_chunk=4, labels=labels,
-                            started_at=start + i + 0.8, rng=rng))
+        runs.append(
+            _stream(
+                f"head-burst-{i}",
+                burst,
+                ttft_ms=420,
+                labels=labels,
+                started_at=start + i + 0.5,
+                rng=rng,
+            )
+        )
+        runs.append(
+            _stream(
+                f"single-token-{i}",
+                12 + rng.normal(0, 1, 249).clip(-3, 3),
+                labels={**labels, "route": "/v1/completions"},
+                started_at=start + i + 0.6,
+                rng=rng,
+            )
+        )
+        runs.append(
+            _stream(
+                f"coalesced-{i}",
+                80 + rng.normal(0, 4, 49).clip(-10, 10),
+                tokens_per_chunk=4,
+                labels=labels,
+                started_at=start + i + 0.8,
+                rng=rng,
+            )
+        )
     return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", type=Path,
-                        default=Path(__file__).with_name("sample-run.jsonl"))
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path(__file__).with_name("sample-run.jsonl")
+    )
     args = parser.parse_args()
     count = write_jsonl(args.output, sample_run())
     print(f"wrote {count} streams to {args.output}")

@@ -7,6 +7,7 @@ test_metrics_properties.py). Written from docs/metrics.md, not from the vectoris
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 
@@ -15,8 +16,11 @@ from steadystream.metrics import MetricConfig
 
 
 def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
-    ev = [(int(t), int(n), int(b)) for t, n, b, keep in
-          zip(tl.times, tl.tokens, tl.text_bytes, tl.text_mask, strict=True) if keep]
+    ev = [
+        (int(t), int(n), int(b))
+        for t, n, b, keep in zip(tl.times, tl.tokens, tl.text_bytes, tl.text_mask, strict=True)
+        if keep
+    ]
     out: dict[str, float | None] = {}
     out["ttfb_s"] = None if tl.first_byte_ns is None else tl.first_byte_ns / 1e9
     out["output_tokens"] = float(sum(n for _, n, _ in ev))
@@ -30,12 +34,11 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
         n = out["output_tokens"]
         out["tpot_s"] = (ev[-1][0] - ev[0][0]) / (n - 1) / 1e9 if n >= 2 else None
         out["tokens_per_chunk"] = n / len(ev)
-    gaps = [b[0] - a[0] for a, b in zip(ev, ev[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in pairwise(ev)]
     out["gaps"] = float(len(gaps))
     if gaps:
         arr = np.array(gaps, dtype=np.float64)
-        for q, name in ((50, "gap_p50_s"), (90, "gap_p90_s"), (95, "gap_p95_s"),
-                        (99, "gap_p99_s")):
+        for q, name in ((50, "gap_p50_s"), (90, "gap_p90_s"), (95, "gap_p95_s"), (99, "gap_p99_s")):
             out[name] = float(np.percentile(arr, q)) / 1e9
         out["max_gap_s"] = max(gaps) / 1e9
         mean = sum(gaps) / len(gaps)
@@ -44,8 +47,9 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
         out["gap_cv"] = out["gap_stdev_s"] / out["gap_mean_s"] if mean > 0 else None
         p50, p99 = out["gap_p50_s"], out["gap_p99_s"]
         out["jitter_ratio"] = p99 / p50 if p50 > 0 else None
-        out["unstable"] = None if out["jitter_ratio"] is None else float(
-            out["jitter_ratio"] > cfg.jitter_flag)
+        out["unstable"] = (
+            None if out["jitter_ratio"] is None else float(out["jitter_ratio"] > cfg.jitter_flag)
+        )
         stalls = [g for g in gaps if g > cfg.stall_threshold_ns]
         out["stall_count"] = float(len(stalls))
         out["stall_time_s"] = sum(stalls) / 1e9
@@ -57,9 +61,22 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
         else:
             out["longest_stall_token"] = out["longest_stall_fraction"] = None
     else:
-        for k in ("gap_p50_s", "gap_p90_s", "gap_p95_s", "gap_p99_s", "max_gap_s", "gap_mean_s",
-                  "gap_stdev_s", "gap_cv", "jitter_ratio", "unstable", "stall_count",
-                  "stall_time_s", "longest_stall_token", "longest_stall_fraction"):
+        for k in (
+            "gap_p50_s",
+            "gap_p90_s",
+            "gap_p95_s",
+            "gap_p99_s",
+            "max_gap_s",
+            "gap_mean_s",
+            "gap_stdev_s",
+            "gap_cv",
+            "jitter_ratio",
+            "unstable",
+            "stall_count",
+            "stall_time_s",
+            "longest_stall_token",
+            "longest_stall_fraction",
+        ):
             out[k] = None
     wire = int(tl.wire_bytes.sum())
     text_bytes = sum(b for _, _, b in ev)
@@ -76,7 +93,7 @@ def _head_burst(ev: list[tuple[int, int, int]], cfg: MetricConfig) -> float | No
         return None
     end = ev[0][0] + cfg.head_window_ns
     head = sum(n for t, n, _ in ev if t < end)
-    tail = [(b[0] - a[0], b[1]) for a, b in zip(ev, ev[1:], strict=False) if b[0] >= end]
+    tail = [(b[0] - a[0], b[1]) for a, b in pairwise(ev) if b[0] >= end]
     if not tail:
         return None
     median = float(np.percentile([g for g, _ in tail], 50))

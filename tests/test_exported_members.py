@@ -15,7 +15,8 @@ def test_all_names_exist_once() -> None:
 def test_public_names_are_exported() -> None:
     exported = set(steadystream.__all__)
     public = {
-        name for name, value in vars(steadystream).items()
+        name
+        for name, value in vars(steadystream).items()
         if not name.startswith("_") and getattr(value, "__module__", "").startswith("steadystream")
     }
     assert public <= exported, public - exported

@@ -15,15 +15,18 @@ from tests.metrics_reference import reference
 
 MS = 1_000_000
 
-kinds = st.sampled_from([EventKind.CONTENT] * 6 + [EventKind.ROLE, EventKind.USAGE,
-                                                  EventKind.REASONING, EventKind.KEEPALIVE])
+kinds = st.sampled_from(
+    [EventKind.CONTENT] * 6
+    + [EventKind.ROLE, EventKind.USAGE, EventKind.REASONING, EventKind.KEEPALIVE]
+)
 
 
 @st.composite
 def timelines(draw: st.DrawFn, index: int = 0) -> Timeline:
     n = draw(st.integers(0, 40))
-    gaps = draw(st.lists(st.sampled_from([0, 1, 5, 10, 20, 50, 120, 401, 2500]), min_size=n,
-                         max_size=n))
+    gaps = draw(
+        st.lists(st.sampled_from([0, 1, 5, 10, 20, 50, 120, 401, 2500]), min_size=n, max_size=n)
+    )
     start = draw(st.integers(0, 1500))
     events, t = [], start * MS
     for gap in gaps:
@@ -74,7 +77,7 @@ def test_fleet_headlines_equal_percentiles_of_stream_values(runs: list[Timeline]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(-10**12, 10**12), max_size=30), max_size=12))
+@given(st.lists(st.lists(st.integers(-(10**12), 10**12), max_size=30), max_size=12))
 def test_segment_helpers_equal_loops(segments: list[list[int]]) -> None:
     counts = np.array([len(s) for s in segments], dtype=np.int64)
     values = np.array([v for s in segments for v in s], dtype=np.int64)
@@ -84,9 +87,10 @@ def test_segment_helpers_equal_loops(segments: list[list[int]]) -> None:
     pos = 0
     for i, seg in enumerate(segments):
         if seg:
-            assert np.array_equal(pct[i], np.percentile(np.array(seg, dtype=np.int64),
-                                                        [0, 50, 99, 100]))
-            assert list(running[pos:pos + len(seg)]) == list(np.maximum.accumulate(seg))
+            assert np.array_equal(
+                pct[i], np.percentile(np.array(seg, dtype=np.int64), [0, 50, 99, 100])
+            )
+            assert list(running[pos : pos + len(seg)]) == list(np.maximum.accumulate(seg))
             level = 0
             for j, step in enumerate(v // 10**6 for v in seg):
                 assert before[pos + j] == level

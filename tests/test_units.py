@@ -8,8 +8,16 @@ from steadystream._units import format_duration, parse_duration
 
 @pytest.mark.parametrize(
     ("text", "ns"),
-    [("400ms", 400_000_000), ("1.5s", 1_500_000_000), ("500us", 500_000), ("2", 2_000_000_000),
-     ("250µs", 250_000), (" 33 ms ", 33_000_000), ("2m", 120_000_000_000), ("10ns", 10)],
+    [
+        ("400ms", 400_000_000),
+        ("1.5s", 1_500_000_000),
+        ("500us", 500_000),
+        ("2", 2_000_000_000),
+        ("250µs", 250_000),
+        (" 33 ms ", 33_000_000),
+        ("2m", 120_000_000_000),
+        ("10ns", 10),
+    ],
 )
 def test_parse_duration(text: str, ns: int) -> None:
     assert parse_duration(text) == ns

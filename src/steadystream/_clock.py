@@ -13,7 +13,7 @@ import itertools
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "MonotonicClock", "NS_PER_MS", "NS_PER_S"]
+__all__ = ["NS_PER_MS", "NS_PER_S", "Clock", "FakeClock", "MonotonicClock"]
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

@@ -43,7 +43,11 @@ class TimelineFormatError(InputError):
     """A timeline file is malformed; the message names the file, line and field."""
 
     def __init__(
-        self, message: str, *, path: str | None = None, line: int | None = None,
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
         field: str | None = None,
     ) -> None:
         self.path = path

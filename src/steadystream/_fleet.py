@@ -161,7 +161,7 @@ def _ttft_by_label(table: StreamTable) -> dict[str, dict[str, TtftGroup]]:
         for value in present:
             member = ttft[values == value]
             p50, p95, p99 = _percentiles(member, (50, 95, 99))
-            groups[value] = TtftGroup(int(len(member)), p50, p95, p99)
+            groups[value] = TtftGroup(len(member), p50, p95, p99)
         result[dimension] = groups
     return result
 

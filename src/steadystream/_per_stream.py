@@ -60,8 +60,13 @@ class MetricConfig:
 
     def __post_init__(self) -> None:
         positive = (
-            "stall_threshold_ns", "ttft_target_ns", "head_window_ns", "qoe_expected_ttft_ns",
-            "qoe_pace_ns_per_token", "fluidity_prompt_deadline_ns", "fluidity_decode_deadline_ns",
+            "stall_threshold_ns",
+            "ttft_target_ns",
+            "head_window_ns",
+            "qoe_expected_ttft_ns",
+            "qoe_pace_ns_per_token",
+            "fluidity_prompt_deadline_ns",
+            "fluidity_decode_deadline_ns",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -77,11 +82,32 @@ class MetricConfig:
 
 
 STREAM_COLUMNS = (
-    "ttfb_s", "ttft_s", "e2el_s", "tpot_s", "output_tokens", "chunks", "gaps",
-    "gap_p50_s", "gap_p90_s", "gap_p95_s", "gap_p99_s", "max_gap_s", "gap_mean_s",
-    "gap_stdev_s", "gap_cv", "jitter_ratio", "unstable", "stall_count", "stall_time_s",
-    "longest_stall_token", "longest_stall_fraction", "tokens_per_chunk", "envelope_overhead",
-    "head_burst", "qoe", "fluidity",
+    "ttfb_s",
+    "ttft_s",
+    "e2el_s",
+    "tpot_s",
+    "output_tokens",
+    "chunks",
+    "gaps",
+    "gap_p50_s",
+    "gap_p90_s",
+    "gap_p95_s",
+    "gap_p99_s",
+    "max_gap_s",
+    "gap_mean_s",
+    "gap_stdev_s",
+    "gap_cv",
+    "jitter_ratio",
+    "unstable",
+    "stall_count",
+    "stall_time_s",
+    "longest_stall_token",
+    "longest_stall_fraction",
+    "tokens_per_chunk",
+    "envelope_overhead",
+    "head_burst",
+    "qoe",
+    "fluidity",
 )
 """Column names of a :class:`StreamTable`, in display order."""
 
@@ -191,9 +217,7 @@ def stream_metrics(timeline: Timeline, config: MetricConfig | None = None) -> St
     return stream_table([timeline], config).row(0)
 
 
-def stream_table(
-    timelines: Sequence[Timeline], config: MetricConfig | None = None
-) -> StreamTable:
+def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = None) -> StreamTable:
     """Per-stream metrics of every timeline, computed for all streams at once."""
     cfg = config or MetricConfig()
     n = len(timelines)
@@ -211,16 +235,19 @@ def stream_table(
     output_tokens = segment_sum(text.tokens, text.counts)
 
     # [metrics.md#latency]
-    cols["ttfb_s"] = np.array(
-        [np.nan if t.first_byte_ns is None else t.first_byte_ns for t in timelines],
-        dtype=np.float64,
-    ) / _NS
+    cols["ttfb_s"] = (
+        np.array(
+            [np.nan if t.first_byte_ns is None else t.first_byte_ns for t in timelines],
+            dtype=np.float64,
+        )
+        / _NS
+    )
     cols["ttft_s"] = ttft / _NS
     cols["e2el_s"] = e2el / _NS
     with np.errstate(invalid="ignore", divide="ignore"):
-        cols["tpot_s"] = np.where(
-            output_tokens >= 2, (e2el - ttft) / (output_tokens - 1), np.nan
-        ) / _NS
+        cols["tpot_s"] = (
+            np.where(output_tokens >= 2, (e2el - ttft) / (output_tokens - 1), np.nan) / _NS
+        )
     cols["output_tokens"] = output_tokens
     cols["chunks"] = text.counts.astype(np.float64)
 

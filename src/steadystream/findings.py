@@ -39,53 +39,66 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
         hidden = int(((worst > threshold) & (p99 <= threshold)).sum())
         stalled = int((worst > threshold).sum())
     if hidden:
-        found.append(Finding(
-            "p99-hides-freezes",
-            f"{hidden} of {stalled} streams with a stall over {format_duration(config.stall_threshold_ns)}"
-            " kept their own p99 gap under it: one freeze is a single gap, above the 99th"
-            " percentile. The worst gap is the number that shows it.",
-            hidden,
-        ))
+        found.append(
+            Finding(
+                "p99-hides-freezes",
+                f"{hidden} of {stalled} streams with a stall over"
+                f" {format_duration(config.stall_threshold_ns)}"
+                " kept their own p99 gap under it: one freeze is a single gap, above the 99th"
+                " percentile. The worst gap is the number that shows it.",
+                hidden,
+            )
+        )
     if fleet.unstable_share:
         unstable = int(np.nansum(col("unstable")))
-        found.append(Finding(
-            "unstable-streams",
-            f"{fleet.unstable_share:.1%} of streams are unstable (p99/p50 gap ratio above"
-            f" {config.jitter_flag:g}).",
-            unstable,
-        ))
+        found.append(
+            Finding(
+                "unstable-streams",
+                f"{fleet.unstable_share:.1%} of streams are unstable (p99/p50 gap ratio above"
+                f" {config.jitter_flag:g}).",
+                unstable,
+            )
+        )
     per_chunk = col("tokens_per_chunk")
     defined = per_chunk[~np.isnan(per_chunk)]
     if len(defined) and (defined <= 1.0).mean() >= SINGLE_TOKEN_SHARE:
         overhead = fleet.envelope_overhead_mean
         cost = f"; each content byte costs {overhead:.0f} bytes on the wire" if overhead else ""
-        found.append(Finding(
-            "single-token-chunks",
-            f"{(defined <= 1.0).mean():.0%} of streams send one token per chunk{cost}."
-            " A re-chunking pacer coalesces them.",
-            int((defined <= 1.0).sum()),
-        ))
+        found.append(
+            Finding(
+                "single-token-chunks",
+                f"{(defined <= 1.0).mean():.0%} of streams send one token per chunk{cost}."
+                " A re-chunking pacer coalesces them.",
+                int((defined <= 1.0).sum()),
+            )
+        )
     elif fleet.envelope_overhead_mean and fleet.envelope_overhead_mean > ENVELOPE_FLAG:
-        found.append(Finding(
-            "envelope-overhead",
-            f"each content byte costs {fleet.envelope_overhead_mean:.0f} bytes on the wire.",
-            len(table),
-        ))
+        found.append(
+            Finding(
+                "envelope-overhead",
+                f"each content byte costs {fleet.envelope_overhead_mean:.0f} bytes on the wire.",
+                len(table),
+            )
+        )
     burst = col("head_burst")
     with np.errstate(invalid="ignore"):
         bursty = int((burst > HEAD_BURST_FLAG).sum())
     if bursty and bursty >= 0.1 * np.count_nonzero(~np.isnan(burst)):
-        found.append(Finding(
-            "head-burst",
-            f"{bursty} streams deliver over {HEAD_BURST_FLAG:g}x their steady rate in the first"
-            f" {format_duration(config.head_window_ns)} after the first token, then slow down.",
-            bursty,
-        ))
+        found.append(
+            Finding(
+                "head-burst",
+                f"{bursty} streams deliver over {HEAD_BURST_FLAG:g}x their steady rate in the first"
+                f" {format_duration(config.head_window_ns)} after the first token, then slow down.",
+                bursty,
+            )
+        )
     estimated = sum(1 for s in table.token_sources if s == "estimated")
     if estimated:
-        found.append(Finding(
-            "tokens-estimated",
-            f"token counts of {estimated} streams are estimated from text (no usage reported).",
-            estimated,
-        ))
+        found.append(
+            Finding(
+                "tokens-estimated",
+                f"token counts of {estimated} streams are estimated from text (no usage reported).",
+                estimated,
+            )
+        )
     return found

@@ -173,8 +173,20 @@ class Timeline:
             return NotImplemented
         arrays = ("times", "tokens", "wire_bytes", "text_bytes", "kinds")
         scalars = (
-            "stream_id", "where", "texts", "header_ns", "first_byte_ns", "end_ns", "outcome",
-            "error", "usage", "token_source", "labels", "started_at", "annotations", "meta",
+            "stream_id",
+            "where",
+            "texts",
+            "header_ns",
+            "first_byte_ns",
+            "end_ns",
+            "outcome",
+            "error",
+            "usage",
+            "token_source",
+            "labels",
+            "started_at",
+            "annotations",
+            "meta",
         )
         return all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays) and all(
             getattr(self, s) == getattr(other, s) for s in scalars

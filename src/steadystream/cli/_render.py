@@ -121,16 +121,32 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
 
     if summary.worst:
         worst = Table(title="Worst streams, by worst gap", title_justify="left")
-        for column in ("stream", "worst gap", "at token", "p99 gap", "stalls", "TTFT", "tokens",
-                       "outcome"):
+        for column in (
+            "stream",
+            "worst gap",
+            "at token",
+            "p99 gap",
+            "stalls",
+            "TTFT",
+            "tokens",
+            "outcome",
+        ):
             worst.add_column(column, justify="left" if column in ("stream", "outcome") else "right")
         for m in summary.worst:
-            at = "—" if m.longest_stall_token is None else (
-                f"{m.longest_stall_token} ({m.longest_stall_fraction or 0:.0%})"
+            at = (
+                "—"
+                if m.longest_stall_token is None
+                else (f"{m.longest_stall_token} ({m.longest_stall_fraction or 0:.0%})")
             )
             worst.add_row(
-                m.stream_id, _s(m.max_gap_s), at, _s(m.gap_p99_s), str(m.stall_count or 0),
-                _s(m.ttft_s), str(m.output_tokens), m.outcome.value,
+                m.stream_id,
+                _s(m.max_gap_s),
+                at,
+                _s(m.gap_p99_s),
+                str(m.stall_count or 0),
+                _s(m.ttft_s),
+                str(m.output_tokens),
+                m.outcome.value,
             )
         console.print(worst)
     for finding in summary.findings:
@@ -153,8 +169,9 @@ def to_json(summary: Summary) -> str:
             {**{k: getattr(m, k) for k in m.__dataclass_fields__}, "outcome": m.outcome.value}
             for m in summary.worst
         ],
-        "findings": [{"code": f.code, "message": f.message, "streams": f.streams}
-                     for f in summary.findings],
+        "findings": [
+            {"code": f.code, "message": f.message, "streams": f.streams} for f in summary.findings
+        ],
         "notes": summary.notes,
     }
     return orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode()

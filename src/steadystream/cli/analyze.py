@@ -13,9 +13,12 @@ from steadystream.cli._options import duration_ns, exit_on_error
 
 @app.command()
 def analyze(
-    files: Annotated[list[Path], typer.Argument(help="Timeline files (.jsonl, .jsonl.gz, .parquet).")],
+    files: Annotated[
+        list[Path], typer.Argument(help="Timeline files (.jsonl, .jsonl.gz, .parquet).")
+    ],
     by: Annotated[
-        str | None, typer.Option("--by", help="Break the fleet down by a label: model, route or tenant.")
+        str | None,
+        typer.Option("--by", help="Break the fleet down by a label: model, route or tenant."),
     ] = None,
     stall_threshold: Annotated[
         str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")

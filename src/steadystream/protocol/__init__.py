@@ -1,0 +1,45 @@
+"""The wire protocols: server-sent events and OpenAI-compatible streaming chunks.
+
+Pure code, no I/O: bytes in, events and timelines out (and the reverse for servers).
+"""
+
+from steadystream.protocol.chunks import (
+    Chunk,
+    chat_chunk,
+    completion_chunk,
+    encode_chunk,
+    error_payload,
+    is_done,
+    parse_chunk,
+    usage_chunk,
+)
+from steadystream.protocol.openai import StreamRecorder, timeline_from_sse
+from steadystream.protocol.sse import (
+    DONE,
+    SseComment,
+    SseDecoder,
+    SseEvent,
+    SseItem,
+    encode_comment,
+    encode_event,
+)
+
+__all__ = [
+    "DONE",
+    "Chunk",
+    "SseComment",
+    "SseDecoder",
+    "SseEvent",
+    "SseItem",
+    "StreamRecorder",
+    "chat_chunk",
+    "completion_chunk",
+    "encode_chunk",
+    "encode_comment",
+    "encode_event",
+    "error_payload",
+    "is_done",
+    "parse_chunk",
+    "timeline_from_sse",
+    "usage_chunk",
+]
