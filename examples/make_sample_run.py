@@ -23,7 +23,39 @@ from steadystream import Event, EventKind, Timeline, TokenSource, Where
 from steadystream.files import write_jsonl
 
 MS = 1_000_000
-WORDS = ["the", "stream", "stalls", "when", "the", "scheduler", "admits", "a", "long", "prompt", ",", "and", "the", "reader", "notices", "every", "pause", ".", "but", "a", "steady", "cadence", "reads", "calm", ",", "or", "so", "the", "users", "say", "."]
+WORDS = [
+    "the",
+    "stream",
+    "stalls",
+    "when",
+    "the",
+    "scheduler",
+    "admits",
+    "a",
+    "long",
+    "prompt",
+    ",",
+    "and",
+    "the",
+    "reader",
+    "notices",
+    "every",
+    "pause",
+    ".",
+    "but",
+    "a",
+    "steady",
+    "cadence",
+    "reads",
+    "calm",
+    ",",
+    "or",
+    "so",
+    "the",
+    "users",
+    "say",
+    ".",
+]
 ENVELOPE = 118  # bytes of JSON and SSE framing around each chunk's text
 
 
