@@ -1,0 +1,102 @@
+"""``steadystream report``: one self-contained HTML report of a run, and its chart images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from steadystream.cli import app
+from steadystream.cli._options import duration_ns, exit_on_error
+
+if TYPE_CHECKING:
+    from steadystream.timeline import Timeline
+
+
+@app.command()
+def report(
+    files: Annotated[
+        list[Path], typer.Argument(help="Timeline files of the run (.jsonl, .jsonl.gz, .parquet).")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    baseline: Annotated[
+        list[Path] | None,
+        typer.Option("--baseline", help="A run to compare with (repeat for several files)."),
+    ] = None,
+    whatif: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--whatif",
+            help="A pacer spec to simulate over the run, e.g. leaky:interval=33ms (repeatable);"
+            " the report gets a what-if table.",
+        ),
+    ] = None,
+    images: Annotated[
+        Path | None,
+        typer.Option(
+            "--images", help="Also write every chart as PNG and SVG here (needs Chromium)."
+        ),
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="The report's title.")] = None,
+    stall_threshold: Annotated[
+        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
+    ] = "400ms",
+    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+) -> None:
+    """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
+    from steadystream.metrics import MetricConfig
+    from steadystream.report import build_report, write_report
+
+    config = MetricConfig(
+        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
+        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+    )
+    with exit_on_error():
+        timelines, notes = _load(files)
+        base, base_notes = _load(baseline) if baseline else (None, [])
+        comparison = None
+        if whatif:
+            from steadystream.shaping import parse_spec
+            from steadystream.shaping.whatif import what_if
+
+            pacers = [parse_spec(spec) for spec in whatif]
+            comparison = what_if(timelines, pacers, config=config)
+        built = build_report(
+            timelines,
+            config=config,
+            baseline=base,
+            whatif=comparison,
+            title=title or f"Stream report: {', '.join(p.name for p in files)}",
+            sources=[p.name for p in files],
+            baseline_sources=[p.name for p in baseline or []],
+            notes=notes + base_notes,
+        )
+        size = write_report(built, output)
+        typer.echo(
+            f"wrote {output} ({size / 1e6:.1f} MB): {built.fleet.streams:,} streams,"
+            f" {len(built.charts)} charts, {len(built.findings)} findings"
+        )
+        if images is not None:
+            from steadystream.report.images import write_images
+
+            written = write_images(built, images)
+            typer.echo(f"wrote {len(written)} images to {images}")
+
+
+def _load(paths: list[Path]) -> tuple[list[Timeline], list[str]]:
+    from steadystream.files import read_timelines
+
+    timelines = []
+    notes = []
+    for path in paths:
+        result = read_timelines(path)
+        timelines.extend(result.timelines)
+        if result.truncated_line is not None:
+            notes.append(
+                f"{path.name}: line {result.truncated_line} was cut off mid-record; every"
+                " complete stream before it was loaded."
+            )
+    return timelines, notes

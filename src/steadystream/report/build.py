@@ -1,0 +1,241 @@
+"""Build a :class:`Report` from a run's timelines: metrics, cards, findings and charts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from steadystream._units import format_duration
+from steadystream.findings import find
+from steadystream.metrics import (
+    FleetMetrics,
+    MetricConfig,
+    StreamTable,
+    fleet_metrics,
+    stream_table,
+    worst_streams,
+)
+from steadystream.report import charts, data
+from steadystream.report.cards import headline_cards
+from steadystream.report.model import Chart, Report, ReportFinding, WhatIfTable
+from steadystream.report.stall_map import stall_map
+from steadystream.timeline import Timeline
+
+if TYPE_CHECKING:
+    from steadystream.shaping.whatif import WhatIf
+
+__all__ = ["CHART_IDS", "FINDING_CHARTS", "WORST_STREAMS", "build_report"]
+
+CHART_IDS = ("itl-band", "gap-cdfs", "stall-map", "worst-streams", "chunks", "ttft")
+"""Every report has these charts, in this order (the what-if table is a table, not a chart)."""
+
+WORST_STREAMS = 10
+
+FINDING_CHARTS = {
+    "p99-hides-freezes": "gap-cdfs",
+    "unstable-streams": "stall-map",
+    "single-token-chunks": "chunks",
+    "envelope-overhead": "chunks",
+    "head-burst": "itl-band",
+    "tokens-estimated": "run",
+}
+"""The chart where each finding shows; a finding not listed points nowhere."""
+
+
+def build_report(
+    timelines: Sequence[Timeline],
+    *,
+    config: MetricConfig | None = None,
+    baseline: Sequence[Timeline] | None = None,
+    whatif: WhatIf | None = None,
+    title: str = "Stream report",
+    sources: Sequence[str] = (),
+    baseline_sources: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> Report:
+    """The report of a run, compared with ``baseline`` when one is given.
+
+    ``whatif`` is the result of :func:`steadystream.shaping.what_if` over the same run; the
+    report shows it as a table.
+
+    ``sources`` name where the timelines came from (file names) for the run description;
+    ``notes`` are added to it as they are (for example, a file's cut-off last line).
+    """
+    cfg = config or MetricConfig()
+    table = stream_table(timelines, cfg)
+    fleet = fleet_metrics(table, cfg)
+    base_table = None if baseline is None else stream_table(baseline, cfg)
+    base_fleet = None if base_table is None else fleet_metrics(base_table, cfg)
+    findings = [
+        ReportFinding(f.code, f.message, f.streams, FINDING_CHARTS.get(f.code))
+        for f in find(table, fleet, cfg)
+    ]
+    run = _describe(timelines, fleet, cfg, sources, notes)
+    if base_fleet is not None:
+        named = f" from {', '.join(baseline_sources)}" if baseline_sources else ""
+        run.append(
+            f"Baseline: {base_fleet.streams:,} streams{named}; cards show the change from it"
+            " and charts draw it dotted."
+        )
+    return Report(
+        title=title,
+        run=run,
+        cards=headline_cards(fleet, base_fleet),
+        findings=findings,
+        charts=_charts(timelines, table, fleet, cfg, baseline, base_table),
+        fleet=fleet,
+        baseline=base_fleet,
+        whatif=None if whatif is None else _whatif_table(whatif),
+    )
+
+
+def _charts(
+    timelines: Sequence[Timeline],
+    table: StreamTable,
+    fleet: FleetMetrics,
+    cfg: MetricConfig,
+    baseline: Sequence[Timeline] | None,
+    base_table: StreamTable | None,
+) -> list[Chart]:
+    threshold = fleet.stall_threshold_s
+    threshold_text = format_duration(cfg.stall_threshold_ns)
+    band = data.itl_band(timelines)
+    base_band = None if baseline is None else data.itl_band(baseline)
+    p99 = data.cdf(table.column("gap_p99_s"))
+    worst = data.cdf(table.column("max_gap_s"))
+    base_cdfs = None
+    if base_table is not None:
+        base_cdfs = (
+            data.cdf(base_table.column("gap_p99_s")),
+            data.cdf(base_table.column("max_gap_s")),
+        )
+    stalls = stall_map(timelines, table)
+    traces = [data.stream_trace(timelines[i]) for i in worst_streams(table, WORST_STREAMS)]
+    per_chunk = data.histogram(table.column("tokens_per_chunk"))
+    overhead = data.histogram(table.column("envelope_overhead"))
+    ttft = data.ttft_bars(fleet)
+    binned = f", positions in bins of {band.bin_width}" if band.bin_width > 1 else ""
+    return [
+        Chart(
+            "itl-band",
+            "Gaps by token position",
+            f"p50, p95 and p99 of the gap ending at each token position, across streams;"
+            f" {band.total_gaps:,} gaps{binned}",
+            "A healthy fleet is a narrow, flat band. A p99 that pulls away from p50 mid-answer"
+            " means streams freeze in the middle; a dip at the start is a head burst.",
+            charts.band_figure(band, threshold, base_band),
+        ),
+        Chart(
+            "gap-cdfs",
+            "Per-stream p99 gap and worst gap",
+            f"one point per stream: {p99.streams:,} streams with a gap",
+            "Left of the dashed line is under the stall threshold. A per-stream p99 curve far"
+            " left of the worst-gap curve means single freezes that p99 hides.",
+            charts.cdf_figure(p99, worst, threshold, base_cdfs),
+        ),
+        Chart(
+            "stall-map",
+            "Stall map",
+            stalls.summary,
+            _stall_map_reading(stalls.grid is None, threshold_text),
+            charts.stall_map_figure(stalls, threshold),
+        ),
+        Chart(
+            "worst-streams",
+            f"The {len(traces)} worst streams" if traces else "The worst streams",
+            "the streams with the largest worst gap, tokens delivered over time",
+            "A steady stream climbs in a straight line. A flat stretch is a freeze the reader"
+            f" watched; those above {threshold_text} are drawn in red.",
+            charts.worst_figure(traces, threshold),
+        ),
+        Chart(
+            "chunks",
+            "Tokens per chunk and envelope overhead",
+            f"one value per stream: {per_chunk.values:,} streams with text,"
+            f" {overhead.values:,} with wire bytes recorded",
+            "One token per chunk costs a whole SSE and JSON envelope per token; a re-chunking"
+            " pacer coalesces them. Overhead is wire bytes per byte of text.",
+            charts.chunks_figure(per_chunk, overhead),
+        ),
+        Chart(
+            "ttft",
+            "TTFT by model, route and tenant",
+            _ttft_subtitle(ttft),
+            "Bars above the dashed target line miss it. A single group far above the others"
+            " points at that model, route or tenant.",
+            charts.ttft_figure(ttft, fleet.ttft_target_s),
+        ),
+    ]
+
+
+def _stall_map_reading(bars: bool, threshold: str) -> str:
+    if bars:
+        what = "each bar a gap, coloured by its size"
+        wait = " Grey is the wait for the first token."
+    else:
+        what = "each cell coloured by the worst gap that covered it"
+        wait = ""
+    return (
+        f"Each row is a stream, {what}: red is above {threshold}. Red stacked in one column"
+        " is a stall that hit many streams at once; red scattered across rows is per-stream"
+        f" trouble.{wait}"
+    )
+
+
+def _whatif_table(result: WhatIf) -> WhatIfTable:
+    from steadystream.report.whatif import whatif_table
+
+    return whatif_table(result)
+
+
+def _ttft_subtitle(ttft: data.TtftBars) -> str:
+    if ttft.groups == ["all streams"]:
+        return "no stream carries a model, route or tenant label: the whole run"
+    shown = f"{len(ttft.groups)} groups"
+    if ttft.left_out:
+        shown += f"; {ttft.left_out} smaller groups left out"
+    return shown
+
+
+def _describe(
+    timelines: Sequence[Timeline],
+    fleet: FleetMetrics,
+    cfg: MetricConfig,
+    sources: Sequence[str],
+    notes: Sequence[str],
+) -> list[str]:
+    wheres = Counter(t.where.value for t in timelines)
+    seen = ", ".join(f"{where} ({count:,})" for where, count in wheres.most_common())
+    named = f" from {', '.join(sources)}" if sources else ""
+    lines = [
+        f"{fleet.streams:,} streams{named}, {fleet.output_tokens:,} output tokens;"
+        f" recorded at: {seen or 'nothing'}."
+    ]
+    starts = [t.started_at for t in timelines if t.started_at is not None]
+    if starts:
+        first = dt.datetime.fromtimestamp(min(starts), tz=dt.UTC)
+        ends = [t.started_at + _duration_s(t) for t in timelines if t.started_at is not None]
+        lines.append(
+            f"Started {first:%Y-%m-%d %H:%M:%S} UTC, spanning {max(ends) - min(starts):,.1f} s."
+        )
+    outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(fleet.outcomes.items()))
+    sources_used = ", ".join(f"{k} {v:,}" for k, v in sorted(fleet.token_sources.items()))
+    lines.append(f"Outcomes: {outcomes or '—'}. Token counts: {sources_used or '—'}.")
+    lines.append(
+        f"Stall threshold {format_duration(cfg.stall_threshold_ns)}, TTFT target"
+        f" {format_duration(cfg.ttft_target_ns)}, jitter flag {cfg.jitter_flag:g}"
+        " (definitions: docs/metrics.md)."
+    )
+    lines.extend(notes)
+    return lines
+
+
+def _duration_s(timeline: Timeline) -> float:
+    """How long a stream lasted, from its request to its end (seconds)."""
+    if timeline.end_ns is not None:
+        return timeline.end_ns / 1e9
+    return float(np.max(timeline.times)) / 1e9 if len(timeline) else 0.0

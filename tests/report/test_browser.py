@@ -1,0 +1,79 @@
+"""Headless Chromium opens the report from disk: no console error, no network, charts drawn."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from steadystream import Timeline
+from steadystream.report import CHART_IDS, build_report, write_report
+from steadystream.report._browser import open_page
+from steadystream.report.images import wait_for_charts
+from steadystream.shaping import parse_spec, what_if
+from tests.report._png import read_png
+from tests.report.conftest import steady
+
+# Each chart's div holds plotly's drawing once plotly has run: count those, not the divs.
+_DRAWN = (
+    "Array.from(document.querySelectorAll('.js-plotly-plot'))"
+    ".filter(function (el) { return el.querySelector('svg.main-svg') !== null; })"
+    ".map(function (el) { return el.id; })"
+)
+_BOX = (
+    "(function () { var r = document.getElementById('stall-map').getBoundingClientRect();"
+    " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()"
+)
+
+
+def _visit(path: Path, chromium: str) -> dict[str, Any]:
+    async def visit() -> dict[str, Any]:
+        async with open_page(path, chromium=chromium, width=1280, height=900) as page:
+            await wait_for_charts(page)
+            drawn = await page.evaluate(_DRAWN)
+            pwned = await page.evaluate("window.pwned === undefined")
+            left, top, width, height = await page.evaluate(_BOX)
+            shot = await page.call(
+                "Page.captureScreenshot",
+                format="png",
+                captureBeyondViewport=True,
+                clip={"x": left, "y": top, "width": width, "height": height, "scale": 0.5},
+            )
+            return {
+                "errors": page.console_errors,
+                "requests": page.requests,
+                "drawn": drawn,
+                "safe": pwned,
+                "png": base64.b64decode(shot["data"]),
+            }
+
+    return asyncio.run(visit())
+
+
+def test_chromium_draws_the_report_from_disk(
+    sample_run: list[Timeline], chromium: str, tmp_path: Path
+) -> None:
+    hostile = steady('<!--<script></script><script>window.pwned=1</script>"', [20.0, 20.0, 30.0])
+    run = [*sample_run, hostile]
+    baseline = [t for t in sample_run if not t.stream_id.startswith("paused")]
+    comparison = what_if(run, [parse_spec("leaky")])
+    path = tmp_path / "report.html"
+    write_report(build_report(run, baseline=baseline, whatif=comparison), path)
+
+    seen = _visit(path, chromium)
+
+    assert seen["errors"] == []
+    assert seen["requests"] == []  # nothing asked of any network
+    assert seen["drawn"] == [f"plot-{chart_id}" for chart_id in CHART_IDS]
+    assert seen["safe"], "a stream id ran as script"
+    pixels = read_png(seen["png"])[..., :3].astype(np.int64)
+    assert pixels.shape[0] > 100
+    assert pixels.shape[1] > 300
+    not_white = (pixels < 245).any(axis=2)
+    assert not_white.mean() > 0.05, "the stall map is blank"
+    # The six 2 s freezes are dark red bars (the top of the colour scale).
+    red = (pixels[..., 0] > 100) & (pixels[..., 1] < 60) & (pixels[..., 2] < 70)
+    assert red.sum() > 50
