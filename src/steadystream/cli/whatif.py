@@ -1,0 +1,192 @@
+"""``steadystream whatif``: what each pacer would have done to recorded traffic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from steadystream.cli import app
+from steadystream.cli._options import duration_ns, exit_on_error
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from steadystream.shaping.whatif import WhatIf
+
+_TIMELINE_SUFFIXES = (".jsonl.gz", ".jsonl", ".parquet")
+
+
+@app.command()
+def whatif(
+    files: Annotated[
+        list[Path], typer.Argument(help="Recorded runs (.jsonl, .jsonl.gz, .parquet).")
+    ],
+    pacer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pacer",
+            "-p",
+            help="A pacer spec, e.g. leaky:interval=33ms,capacity=8 (repeat to compare; "
+            "default: every pacer with its defaults).",
+        ),
+    ] = None,
+    max_added_ttft: Annotated[
+        str | None,
+        typer.Option(help="Only a pacer whose added TTFT p99 stays within this can be best."),
+    ] = None,
+    stall_threshold: Annotated[
+        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
+    ] = "400ms",
+    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the paced timelines here (with several pacers, one file each: "
+            "NAME.1-leaky.jsonl, NAME.2-adaptive.jsonl, ...).",
+        ),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """Simulate pacers over every recorded stream: latency added, stutter removed, best pick."""
+    from steadystream.files import read_timelines, write_timelines
+    from steadystream.metrics import MetricConfig
+    from steadystream.shaping import PACERS, parse_spec
+    from steadystream.shaping.whatif import what_if
+
+    config = MetricConfig(
+        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
+        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+    )
+    limit = None if max_added_ttft is None else duration_ns(max_added_ttft, "--max-added-ttft")
+    specs = pacer or [name for name in PACERS if name != "passthrough"]
+    with exit_on_error():
+        pacers = [parse_spec(spec) for spec in specs]
+        timelines = [t for path in files for t in read_timelines(path).timelines]
+        result = what_if(
+            timelines,
+            pacers,
+            config=config,
+            max_added_ttft_ns=limit,
+            keep_timelines=output is not None,
+        )
+        written = []
+        if output is not None:
+            keep_text = any(t.texts is not None for t in timelines)
+            for index, outcome in enumerate(result.pacers, start=1):
+                name = outcome.spec.partition(":")[0]
+                path = output if len(result.pacers) == 1 else _numbered(output, index, name)
+                write_timelines(path, outcome.timelines, keep_text=keep_text)
+                written.append(str(path))
+    if json_output:
+        import orjson
+
+        data = result.to_dict()
+        data["written"] = written
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+        return
+    from rich.console import Console
+
+    console = Console()
+    print_whatif(result, console)
+    for name in written:
+        console.print(f"paced timelines written to {name}", highlight=False)
+
+
+def _numbered(output: Path, index: int, name: str) -> Path:
+    """``run.jsonl`` -> ``run.2-leaky.jsonl`` (the suffix kept so the format is kept)."""
+    text = output.name
+    suffix = next((s for s in _TIMELINE_SUFFIXES if text.endswith(s)), output.suffix)
+    stem = text[: len(text) - len(suffix)] if suffix else text
+    return output.with_name(f"{stem}.{index}-{name}{suffix}")
+
+
+def print_whatif(result: WhatIf, console: Console) -> None:
+    """The comparison: one column for the run as recorded and one per pacer, best marked."""
+    from rich import box
+    from rich.table import Table
+
+    limit = result.max_added_ttft_ns
+    table = Table(
+        title=f"What if these pacers had run? ({result.streams} streams)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+    )
+    table.add_column("")
+    table.add_column("recorded", justify="right", style="dim")
+    for index, outcome in enumerate(result.pacers, start=1):
+        name = outcome.spec.partition(":")[0]
+        best = index - 1 == result.best
+        table.add_column(
+            f"{index}{'*' if best else ''}\n{name}",
+            justify="right",
+            style="bold green" if best else (None if outcome.within_limit else "dim"),
+        )
+    before = result.before
+    outcomes = result.pacers
+    rows: list[tuple[str, str, list[str]]] = [
+        ("TTFT+ p50", "", [_dur(o.added_ttft_p50_s) for o in outcomes]),
+        ("TTFT+ p99", "", [_dur(o.added_ttft_p99_s) for o in outcomes]),
+        ("p99 gap", _dur(before.p99_of_p99_s), [_dur(o.after.p99_of_p99_s) for o in outcomes]),
+        (
+            "worst gap",
+            _dur(before.p99_of_worst_gap_s),
+            [_dur(o.after.p99_of_worst_gap_s) for o in outcomes],
+        ),
+        ("stalls", str(before.stall_count), [str(o.after.stall_count) for o in outcomes]),
+        ("goodput", _share(before.goodput), [_share(o.after.goodput) for o in outcomes]),
+        ("tail p99", "", [_dur(o.tail_delay_p99_s) for o in outcomes]),
+        ("TTFT p99", _dur(before.ttft_p99_s), [_dur(o.after.ttft_p99_s) for o in outcomes]),
+        ("QoE", _num(before.qoe_mean), [_num(o.after.qoe_mean) for o in outcomes]),
+        ("fluidity", _num(before.fluidity_mean), [_num(o.after.fluidity_mean) for o in outcomes]),
+    ]
+    for label, recorded, values in rows:
+        table.add_row(label, recorded, *values)
+    console.print(table)
+    for index, outcome in enumerate(outcomes, start=1):
+        note = ""
+        if index - 1 == result.best:
+            note = "  (best)"
+        elif not outcome.within_limit:
+            note = "  (adds more TTFT than allowed)"
+        console.print(f"{index}  {outcome.spec}{note}", highlight=False)
+    threshold = _dur(result.config.stall_threshold_ns / 1e9)
+    console.print(
+        "TTFT+: time to first token added; tail: how long the end of the answer was held "
+        "back (both per stream). p99 gap: p99 of the per-stream p99 gaps; worst gap: p99 of "
+        f"the per-stream worst gaps; stalls: gaps above {threshold}.",
+        highlight=False,
+    )
+    rule = "best: fewest stalls, then lowest worst gap, p99 gap, tail p99"
+    if limit is not None:
+        rule += f"; only pacers adding at most {_dur(limit / 1e9)} TTFT at p99"
+    if result.best is None:
+        rule += " (none qualifies)"
+    console.print(rule, highlight=False)
+
+
+def _dur(seconds: float | None) -> str:
+    """Short durations for narrow columns: 0, 850µs, 4.2ms, 85ms, 2.81s."""
+    if seconds is None:
+        return "—"
+    magnitude = abs(seconds)
+    if magnitude == 0:
+        return "0"
+    if magnitude < 1e-3:
+        return f"{seconds * 1e6:.0f}µs"
+    if magnitude < 10e-3:
+        return f"{seconds * 1e3:.1f}ms"
+    if magnitude < 1:
+        return f"{seconds * 1e3:.0f}ms"
+    return f"{seconds:.2f}s"
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
