@@ -1,0 +1,240 @@
+"""The lab's HTTP face: an OpenAI-compatible Starlette app around one :class:`LabEngine`.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
+``GET /metrics``, ``GET /lab/requests`` (recent ids), ``GET /lab/requests/{id}`` (ground
+truth), ``GET /healthz``. The engine starts and stops with the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import orjson
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from steadystream._clock import Clock
+from steadystream._exceptions import SpecError
+from steadystream.lab.api import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    error_response,
+    parse_body,
+)
+from steadystream.lab.engine import LabEngine
+from steadystream.lab.faults import FAULT_HEADER, parse_fault_header
+from steadystream.lab.metrics import CONTENT_TYPE, LabMetrics
+from steadystream.lab.responses import ConnectionResetter, LabResponse
+from steadystream.lab.scenario import Scenario, load_scenario
+from steadystream.lab.sequence import LabRequest
+from steadystream.lab.truth import RequestTruth
+from steadystream.lab.wire import SseFormat
+
+__all__ = ["LabState", "create_app"]
+
+_Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(eq=False)
+class LabState:
+    """What the routes share: the engine, its metrics, and the server's connection resetter."""
+
+    engine: LabEngine
+    metrics: LabMetrics
+    resetter: ConnectionResetter | None = None
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+
+def create_app(
+    scenario: Scenario | str = "steady",
+    *,
+    seed: int = 0,
+    clock: Clock | None = None,
+    registry: CollectorRegistry | None = None,
+    on_done: Callable[[RequestTruth], None] | None = None,
+) -> Starlette:
+    """The lab as an ASGI app. ``on_done`` is called with each request's finished truth."""
+    if isinstance(scenario, str):
+        scenario = load_scenario(scenario)
+    metrics = LabMetrics(
+        registry if registry is not None else CollectorRegistry(),
+        model_name=scenario.server.models[0],
+    )
+    engine = LabEngine(scenario, seed=seed, clock=clock, metrics=metrics, on_done=on_done)
+    state = LabState(engine, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        Route("/v1/chat/completions", _generation(state, chat=True), methods=["POST"]),
+        Route("/v1/completions", _generation(state, chat=False), methods=["POST"]),
+        Route("/v1/models", _models(state), methods=["GET"]),
+        Route("/metrics", _metrics(state), methods=["GET"]),
+        Route("/lab/requests", _request_ids(state), methods=["GET"]),
+        Route("/lab/requests/{request_id:path}", _truth(state), methods=["GET"]),
+        Route("/healthz", _health, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.lab = state
+    return app
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+async def _health(request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+def _generation(state: LabState, *, chat: bool) -> _Endpoint:
+    engine = state.engine
+    scenario = engine.scenario
+    body_model: type[ChatRequest | CompletionRequest] = ChatRequest if chat else CompletionRequest
+
+    async def endpoint(request: Request) -> Response:
+        request_id = _request_id(state, request.headers.get("x-request-id"))
+        headers = {"x-request-id": request_id}
+        try:
+            raw = await _read_body(request, scenario.server.max_body_bytes)
+            body: ChatRequest | CompletionRequest = parse_body(raw, body_model)
+            if body.model not in scenario.server.models:
+                raise ApiError(
+                    404,
+                    f"The model `{body.model}` does not exist "
+                    f"(served: {', '.join(scenario.server.models)}).",
+                    param="model",
+                    code="model_not_found",
+                )
+            faults = None
+            if (fault_header := request.headers.get(FAULT_HEADER)) is not None:
+                try:
+                    faults = parse_fault_header(fault_header)
+                except SpecError as exc:
+                    raise ApiError(400, str(exc), param=FAULT_HEADER) from exc
+            prompt_tokens = body.prompt_tokens(scenario.output.prompt_overhead_tokens)
+            if prompt_tokens >= engine.capacity_tokens:
+                raise ApiError(
+                    400,
+                    f"the prompt has about {prompt_tokens} tokens; the lab's KV cache holds "
+                    f"{engine.capacity_tokens}",
+                    param="messages" if chat else "prompt",
+                )
+        except ApiError as exc:
+            return exc.response(headers)
+        if not engine.running:
+            return error_response(503, "the lab is not running", type="server_error")
+        handle = engine.submit(
+            LabRequest(
+                request_id=request_id,
+                model=body.model,
+                prompt_tokens=prompt_tokens,
+                max_tokens=body.token_limit,
+                ignore_eos=body.ignore_eos,
+                faults=faults,
+                endpoint="chat" if chat else "completions",
+                stream=body.stream,
+            )
+        )
+        prefix = "chatcmpl" if chat else "cmpl"
+        wire = SseFormat(
+            chat=chat,
+            completion_id=f"{prefix}-{request_id}",
+            model=body.model,
+            created=int(time.time()),
+            include_usage=body.include_usage,
+        )
+        return LabResponse(
+            handle,
+            wire,
+            stream=body.stream,
+            request_id=request_id,
+            metrics=state.metrics,
+            resetter=state.resetter,
+        )
+
+    return endpoint
+
+
+def _request_id(state: LabState, given: str | None) -> str:
+    truths = state.engine.truths
+    if not given:
+        while (candidate := f"lab-{next(state.ids):06d}") in truths:
+            pass
+        return candidate
+    if given not in truths:
+        return given
+    # A retried id keeps its earlier record: number the repeats.
+    for n in itertools.count(2):
+        if (candidate := f"{given}.{n}") not in truths:
+            return candidate
+    raise AssertionError("unreachable")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the body is larger than {limit} bytes", code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the body is larger than {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _models(state: LabState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        created = int(time.time())
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "steadystream-lab"}
+            for name in state.engine.scenario.server.models
+        ]
+        return _json({"object": "list", "data": data})
+
+    return endpoint
+
+
+def _metrics(state: LabState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        engine = state.engine
+        state.metrics.observe_step(engine.num_running, engine.num_waiting, engine.kv_usage, 0)
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return endpoint
+
+
+def _request_ids(state: LabState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return _json({"request_ids": state.engine.truths.ids()})
+
+    return endpoint
+
+
+def _truth(state: LabState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        request_id = request.path_params["request_id"]
+        truth = state.engine.truth(request_id)
+        if truth is None:
+            return error_response(
+                404, f"no ground truth for request {request_id!r}", param="request_id"
+            )
+        return _json(truth.to_json())
+
+    return endpoint
