@@ -52,3 +52,12 @@ async def test_monotonic_clock_does_not_sleep_for_past_deadlines() -> None:
     before = clock.now_ns()
     await clock.sleep_until(before - 1)
     assert clock.now_ns() >= before
+
+
+@pytest.mark.asyncio
+async def test_monotonic_clock_never_wakes_before_the_deadline() -> None:
+    clock = MonotonicClock()
+    for _ in range(20):
+        deadline = clock.now_ns() + 300_000  # 0.3 ms: below the loop's timer resolution
+        await clock.sleep_until(deadline)
+        assert clock.now_ns() >= deadline

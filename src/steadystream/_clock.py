@@ -34,8 +34,15 @@ class MonotonicClock:
         return time.perf_counter_ns()
 
     async def sleep_until(self, deadline_ns: int) -> None:
+        # The event loop runs a timer once it is within its clock resolution of due, so one
+        # sleep can return early; a caller stamping "sent at" must never see that.
         delay = deadline_ns - time.perf_counter_ns()
-        await asyncio.sleep(max(0.0, delay / NS_PER_S))
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        while delay > 0:
+            await asyncio.sleep(delay / NS_PER_S)
+            delay = deadline_ns - time.perf_counter_ns()
 
 
 class FakeClock:
