@@ -1,0 +1,317 @@
+"""How faithfully the bench client measures: its gaps against the lab's ground truth.
+
+    python benchmarks/bench_fidelity.py --streams 100,500,1000 [--tokens 200] [--ramp 5s]
+    python benchmarks/bench_fidelity.py --streams 100 --peer-aiperf /path/to/aiperf
+
+For each load a fresh lab runs in its own process with a steady 50 ms cadence (20 events a
+second per stream, one token per event, no per-sequence or prefill cost, so the cadence is
+the same at 1,000 streams) and records every request's ground truth (``lab --record``). The
+bench client runs here, on uvloop: a closed loop of N streams whose slots open over the
+ramp, one request each, every stream ``--tokens`` long (``ignore_eos``). Each client gap
+between consecutive content events is paired with the lab's gap between the same two writes
+(same request id, same event index); the error is their absolute difference.
+
+Printed per load: p50, p99 and max of the error, the share of streams the client flagged
+(loop lag over 5 ms while open), the client's loop lag, and the first load where the p99
+error passes 2 ms ("degrades at"). With ``--peer-aiperf`` the same lab scenario is loaded by
+AIPerf (installed in its own environment) at the same concurrency; AIPerf records each
+request's ``X-Request-ID`` and its ``inter_chunk_latency`` list, so its gaps are paired with
+the lab's ground truth exactly as ours are, and the same error figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from steadystream._units import parse_duration
+from steadystream.bench import (
+    Bench,
+    ClosedLoop,
+    Endpoint,
+    RunOptions,
+    Workload,
+    _loop,
+    builtin_prompts,
+    compare_stream,
+)
+from steadystream.files import read_jsonl
+
+MS = 1_000_000
+DEGRADED_P99_MS = 2.0
+CADENCE_MS = 50.0  # 20 events a second per stream
+
+SCENARIO = """\
+preset: steady
+name: fidelity
+description: a steady 50 ms cadence at any batch size, for measuring the measurer
+scheduler:
+  step_base_ms: {cadence}
+  step_per_seq_ms: 0.0
+  prefill_per_token_ms: 0.0
+  max_running: 4096
+output:
+  min_tokens: {tokens}
+  max_tokens: {tokens}
+server:
+  keep_requests: 50000
+"""
+
+
+@dataclass
+class Level:
+    streams: int
+    paired_gaps: int
+    error_p50_ms: float
+    error_p99_ms: float
+    error_max_ms: float
+    flagged_share: float
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    schedule_lag_p99_ms: float | None
+    lab_gap_p50_ms: float
+    lab_gap_p99_ms: float
+    client_gap_p50_ms: float
+    client_gap_p99_ms: float
+    client_cpu_s: float
+    elapsed_s: float
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def lab_process(scenario: Path, record: Path) -> Iterator[str]:
+    """The lab in its own process; yields its origin URL and stops it on exit."""
+    port = free_port()
+    command = [sys.executable, "-c", "from steadystream.cli import main; main()"]
+    process = subprocess.Popen(
+        [
+            *command,
+            "lab",
+            "--scenario",
+            str(scenario),
+            "--port",
+            str(port),
+            "--record",
+            str(record),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the lab did not start") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def bench_level(base_url: str, streams: int, tokens: int, ramp_ns: int):  # type: ignore[no-untyped-def]
+    endpoint = Endpoint(base_url, "lab", ignore_eos=True, usage="on")
+    workload = Workload(builtin_prompts(), max_tokens=tokens)
+    async with Bench(endpoint, workload, read_timeout_s=300) as bench:
+        await bench.warm_up(1)
+        return await bench.run(
+            ClosedLoop(streams, ramp_ns=ramp_ns), RunOptions(max_requests=streams)
+        )
+
+
+def measure(streams: int, tokens: int, ramp_ns: int, workdir: Path) -> Level:
+    scenario = workdir / "fidelity.yaml"
+    scenario.write_text(SCENARIO.format(cadence=CADENCE_MS, tokens=tokens))
+    record = workdir / f"truth-{streams}.jsonl"
+    record.unlink(missing_ok=True)
+    with lab_process(scenario, record) as url:
+        cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        result = _loop.run(bench_level(f"{url}/v1", streams, tokens, ramp_ns))
+        elapsed = time.perf_counter() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+        time.sleep(0.5)  # the lab records each request once its writer has finished
+    truth = {t.stream_id: t for t in read_jsonl(record).timelines}
+    errors, lab_gaps, client_gaps = [], [], []
+    for timeline in result.timelines:
+        lab = truth.get(timeline.stream_id)
+        if lab is None:
+            continue
+        compared = compare_stream(timeline, lab)
+        errors.append(compared.gap_errors_ns)
+        lab_gaps.append(np.diff(lab.times[lab.text_mask]))
+        client_gaps.append(np.diff(timeline.times[timeline.text_mask]))
+    error = np.concatenate(errors) / MS
+    lab_all, client_all = np.concatenate(lab_gaps) / MS, np.concatenate(client_gaps) / MS
+    flagged = sum(1 for t in result.timelines if t.meta.get("client_lagged"))
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+    return Level(
+        streams=streams,
+        paired_gaps=len(error),
+        error_p50_ms=float(np.percentile(error, 50)),
+        error_p99_ms=float(np.percentile(error, 99)),
+        error_max_ms=float(error.max()),
+        flagged_share=flagged / max(1, len(result.timelines)),
+        loop_lag_p99_ms=result.loop_lag.p99_ms,
+        loop_lag_max_ms=result.loop_lag.max_ms,
+        schedule_lag_p99_ms=result.schedule_lag.p99_ms,
+        lab_gap_p50_ms=float(np.percentile(lab_all, 50)),
+        lab_gap_p99_ms=float(np.percentile(lab_all, 99)),
+        client_gap_p50_ms=float(np.percentile(client_all, 50)),
+        client_gap_p99_ms=float(np.percentile(client_all, 99)),
+        client_cpu_s=cpu,
+        elapsed_s=elapsed,
+    )
+
+
+# AIPerf needs a tokenizer to build prompts, and its "builtin" one downloads tiktoken's
+# vocabulary at run time. Offline, a byte-level tokenizer built locally in AIPerf's own
+# environment serves: prompts are made of it, and token counts come from the server's usage.
+_BYTE_TOKENIZER = """
+import sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(sys.argv[1])
+"""
+
+
+def run_aiperf(aiperf: str, streams: int, tokens: int, workdir: Path) -> dict[str, float | None]:
+    """AIPerf against a fresh lab at the same concurrency, its gaps paired with the truth.
+
+    AIPerf sends an ``X-Request-ID`` per request and records it with the request's
+    ``inter_chunk_latency`` list, so its gaps pair with the lab's like ours do.
+    """
+    tokenizer = workdir / "byte-tokenizer"
+    if not tokenizer.exists():
+        python = str(Path(aiperf).with_name("python"))
+        subprocess.run([python, "-c", _BYTE_TOKENIZER, str(tokenizer)], check=True)
+    scenario = workdir / "fidelity.yaml"
+    scenario.write_text(SCENARIO.format(cadence=CADENCE_MS, tokens=tokens))
+    record = workdir / f"aiperf-truth-{streams}.jsonl"
+    record.unlink(missing_ok=True)
+    artifacts = workdir / f"aiperf-{streams}"
+    with lab_process(scenario, record) as url:
+        command = [aiperf, "profile", "--model", "lab", "--url", url, "--endpoint-type", "chat"]
+        command += ["--streaming", "--concurrency", str(streams), "--request-count", str(streams)]
+        command += ["--synthetic-input-tokens-mean", "64", "--output-tokens-mean", str(tokens)]
+        command += ["--extra-inputs", "ignore_eos:true", "--use-server-token-count"]
+        command += ["--tokenizer", str(tokenizer), "--artifact-dir", str(artifacts)]
+        command += ["--ui-type", "none"]
+        subprocess.run(command, check=True, timeout=900, stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+    truth = {t.stream_id: t for t in read_jsonl(record).timelines}
+    errors, gaps, lab_gaps = [], [], []
+    for line in next(artifacts.rglob("profile_export.jsonl")).read_text().splitlines():
+        entry = json.loads(line)
+        lab = truth.get(entry["metadata"].get("x_request_id"))
+        chunk_gaps = entry["metrics"].get("inter_chunk_latency", {}).get("value")
+        if lab is None or not chunk_gaps:
+            continue
+        theirs = np.asarray(chunk_gaps) * MS
+        true_gaps = np.diff(lab.times[lab.text_mask]).astype(np.float64)
+        n = min(len(theirs), len(true_gaps))
+        errors.append(np.abs(theirs[:n] - true_gaps[:n]))
+        gaps.append(theirs)
+        lab_gaps.append(true_gaps)
+    if not errors:
+        return {"paired_requests": 0}
+    error = np.concatenate(errors) / MS
+    theirs_all, lab_all = np.concatenate(gaps) / MS, np.concatenate(lab_gaps) / MS
+    return {
+        "paired_requests": len(errors),
+        "error_p50_ms": float(np.percentile(error, 50)),
+        "error_p99_ms": float(np.percentile(error, 99)),
+        "error_max_ms": float(error.max()),
+        "aiperf_gap_p50_ms": float(np.percentile(theirs_all, 50)),
+        "aiperf_gap_p99_ms": float(np.percentile(theirs_all, 99)),
+        "lab_gap_p50_ms": float(np.percentile(lab_all, 50)),
+        "lab_gap_p99_ms": float(np.percentile(lab_all, 99)),
+    }
+
+
+def _peer_line(peer: dict[str, float | None]) -> str:
+    if not peer.get("paired_requests"):
+        return "no request paired with the lab's ground truth"
+    return (
+        f"|gap - lab gap| p50 {peer['error_p50_ms']:.3f} ms, p99 {peer['error_p99_ms']:.3f} ms, "
+        f"max {peer['error_max_ms']:.1f} ms over {peer['paired_requests']} requests; its gap "
+        f"p50/p99 {peer['aiperf_gap_p50_ms']:.2f}/{peer['aiperf_gap_p99_ms']:.2f} ms, the lab's "
+        f"{peer['lab_gap_p50_ms']:.2f}/{peer['lab_gap_p99_ms']:.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="100,500,1000", help="comma-separated loads")
+    parser.add_argument("--tokens", type=int, default=200, help="tokens per stream")
+    parser.add_argument("--ramp", default="5s", help="slots open over this long")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--peer-aiperf", help="path to an aiperf executable to compare")
+    args = parser.parse_args()
+    loads = [int(v) for v in args.streams.split(",")]
+    ramp_ns = parse_duration(args.ramp, name="--ramp")
+    results: list[Level] = []
+    peers: dict[int, dict[str, float | None]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        for streams in loads:
+            level = measure(streams, args.tokens, ramp_ns, workdir)
+            results.append(level)
+            print(
+                f"{streams:>5} streams: |client gap - lab gap| p50 {level.error_p50_ms:.3f} ms, "
+                f"p99 {level.error_p99_ms:.3f} ms, max {level.error_max_ms:.1f} ms over "
+                f"{level.paired_gaps} gaps; flagged {level.flagged_share:.1%}; loop lag p99 "
+                f"{level.loop_lag_p99_ms or 0:.2f} ms, max {level.loop_lag_max_ms or 0:.1f} ms; "
+                f"client CPU {level.client_cpu_s:.1f} s in {level.elapsed_s:.1f} s",
+                flush=True,
+            )
+            if args.peer_aiperf:
+                peers[streams] = peer = run_aiperf(args.peer_aiperf, streams, args.tokens, workdir)
+                print(f"{streams:>5} streams, AIPerf: " + _peer_line(peer), flush=True)
+    degraded = next((r.streams for r in results if r.error_p99_ms > DEGRADED_P99_MS), None)
+    print(
+        "degrades at: "
+        + (
+            f"{degraded} streams (p99 error > {DEGRADED_P99_MS} ms)"
+            if degraded
+            else "none of these"
+        )
+    )
+    if args.json:
+        payload = {"levels": [asdict(r) for r in results], "peers": peers, "degrades_at": degraded}
+        args.json.write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Cancellation: which streams the client walks away from, and what the engine did about it.
+
+``--cancel 0.2 --cancel-after 20tok`` closes the connection of one stream in five after its
+20th content chunk (``500ms``: that long after the request was sent). The choice is seeded
+per request, so a rerun cancels the same requests at the same points.
+
+Against the lab, :func:`fetch_cancel_truth` reads ``GET /lab/requests/{id}`` once the engine
+is done with a cancelled request and adds to the client timeline's ``meta``:
+
+- ``lab_disconnect_noticed_ms``, ``lab_kv_freed_ms``: when the engine noticed and when it
+  freed the sequence's KV cache, in ms from the request's arrival at the lab;
+- ``cancel_latency_ms``: from the client closing the connection to the KV freed (the time an
+  engine keeps paying for an answer nobody reads);
+- ``tokens_after_disconnect``: tokens generated after the client left (the cancellation tax).
+
+The client's times count from request sent, the lab's from request arrived (the difference
+is the connection set-up and the request's transit). The two are aligned on the content
+events both sides saw: the smallest arrival-minus-write difference is the offset between the
+origins plus the fastest loopback transit, tens of microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+
+from steadystream._clock import NS_PER_MS, Clock
+from steadystream._exceptions import SpecError
+from steadystream._units import parse_duration
+from steadystream.timeline import Timeline
+
+__all__ = ["CancelPoint", "CancelPolicy", "LabTruthClient", "fetch_cancel_truth"]
+
+_TOKENS = re.compile(r"^\s*(\d+)\s*(tok|tokens?)\s*$", re.IGNORECASE)
+_POLL_NS = 20 * NS_PER_MS
+
+
+@dataclass(frozen=True, slots=True)
+class CancelPoint:
+    """When to close one stream: after this many content chunks, or this long after sending."""
+
+    after_tokens: int | None = None
+    after_ns: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> CancelPoint:
+        if match := _TOKENS.match(text):
+            return cls(after_tokens=int(match[1]))
+        try:
+            return cls(after_ns=parse_duration(text, name="--cancel-after"))
+        except SpecError:
+            raise SpecError(
+                f"--cancel-after: cannot read {text!r} (examples: 20tok, 500ms, 1.5s)"
+            ) from None
+
+    def describe(self) -> str:
+        if self.after_tokens is not None:
+            return f"{self.after_tokens} tokens"
+        return f"{(self.after_ns or 0) / NS_PER_MS:g}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelPolicy:
+    """Cancel ``fraction`` of the streams at ``point``; which ones is seeded per request."""
+
+    fraction: float
+    point: CancelPoint
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise SpecError(f"--cancel must be a fraction between 0 and 1, got {self.fraction}")
+
+    def for_request(self, index: int) -> CancelPoint | None:
+        draw = np.random.default_rng([self.seed, index, 0xCA]).random()
+        return self.point if draw < self.fraction else None
+
+
+class LabTruthClient:
+    """Fetches cancellation ground truth from a lab, if the server is one.
+
+    ``mode``: ``on`` always asks, ``off`` never, ``auto`` asks until the server shows it
+    is not a lab (its first answer is not a ground-truth record).
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        origin: str,
+        clock: Clock,
+        *,
+        mode: str = "auto",
+        timeout_ns: int = 5_000 * NS_PER_MS,
+    ) -> None:
+        if mode not in ("auto", "on", "off"):
+            raise SpecError(f"--lab-truth must be auto, on or off, got {mode!r}")
+        self.session = session
+        self.origin = origin.rstrip("/")
+        self.clock = clock
+        self.mode = mode
+        self.timeout_ns = timeout_ns
+        self.confirmed = False  # the server answered with a ground-truth record once
+        self.unavailable: str | None = None  # why not, once known
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode == "on" or (self.mode == "auto" and self.unavailable is None)
+
+    async def record(self, request_id: str) -> dict[str, Any] | None:
+        """The lab's record of a request once the engine is done with it (None: unknown)."""
+        deadline = self.clock.now_ns() + self.timeout_ns
+        url = f"{self.origin}/lab/requests/{request_id}"
+        last: dict[str, Any] | None = None
+        while True:
+            last = await self._get(url)
+            if last is None:
+                return None
+            if last.get("kv_freed_ns") is not None or last.get("done"):
+                return last
+            now = self.clock.now_ns()
+            if now >= deadline:
+                return last
+            await self.clock.sleep_until(min(now + _POLL_NS, deadline))
+
+    async def _get(self, url: str) -> dict[str, Any] | None:
+        try:
+            async with self.session.get(url) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            self._fail(f"cannot reach {url}: {exc.__class__.__name__}")
+            return None
+        record: Any = None
+        if status == 200:
+            try:
+                record = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                record = None
+        if isinstance(record, dict) and "request_id" in record:
+            self.confirmed = True
+            return record
+        self._fail(f"{url} answered HTTP {status} without a ground-truth record")
+        return None
+
+    def _fail(self, why: str) -> None:
+        if not self.confirmed and self.mode == "auto":
+            self.unavailable = why
+
+
+async def fetch_cancel_truth(truth: LabTruthClient, timeline: Timeline) -> None:
+    """Add the lab's view of a cancelled stream to ``timeline.meta`` (see the module doc)."""
+    record = await truth.record(timeline.stream_id)
+    if record is None:
+        return
+    meta = timeline.meta
+
+    def ms(key: str) -> float | None:
+        value = record.get(key)
+        return None if not isinstance(value, int) else value / NS_PER_MS
+
+    noticed, freed = ms("disconnect_noticed_ns"), ms("kv_freed_ns")
+    meta["lab_disconnect_noticed_ms"] = noticed
+    meta["lab_kv_freed_ms"] = freed
+    meta["tokens_after_disconnect"] = record.get("tokens_after_disconnect")
+    meta["lab_finish_reason"] = record.get("finish_reason")
+    if timeline.end_ns is None:
+        return
+    at_ms = (timeline.end_ns - _origin_offset(timeline, record)) / NS_PER_MS
+    meta["cancel_notice_ms"] = None if noticed is None else noticed - at_ms
+    meta["cancel_latency_ms"] = None if freed is None else freed - at_ms
+
+
+def _origin_offset(timeline: Timeline, record: dict[str, Any]) -> int:
+    """Client time minus lab time for the same instant, from the events both saw.
+
+    The client counts from request sent, the lab from request arrived; the smallest
+    difference between an event's arrival and its write is that offset plus the fastest
+    transit, which on loopback is tens of microseconds. With no event seen, 0.
+    """
+    events = record.get("events")
+    if not isinstance(events, list):
+        return 0
+    written = [
+        e["written_ns"]
+        for e in events
+        if isinstance(e, dict) and e.get("tokens") and isinstance(e.get("written_ns"), int)
+    ]
+    seen = timeline.times[timeline.text_mask]
+    n = min(len(written), len(seen))
+    if n == 0:
+        return 0
+    return int((seen[:n] - np.asarray(written[:n], dtype=np.int64)).min())

@@ -1,0 +1,149 @@
+"""The endpoint under test: where requests go, what they carry, and what may be shown of them.
+
+An :class:`Endpoint` knows the URL (an API base as the openai SDK takes it, such as
+``http://127.0.0.1:8000/v1``), the model, the wire format (chat or completions), the API key
+and extra headers. It builds request bodies and headers; it never prints the key, and
+:meth:`Endpoint.shown_headers` redacts any header that looks like a credential.
+
+Usage reporting (``stream_options``), from most to least informative:
+
+- ``continuous``: ``include_usage`` and vLLM's ``continuous_usage_stats``, so every chunk says
+  how many tokens it brought (exact per-chunk counts);
+- ``on``: ``include_usage`` only: one total at the end, spread over the chunks;
+- ``off``: nothing; token counts are estimated from the text.
+
+``auto`` starts at ``continuous`` and steps down when a server rejects the request with 400
+or 422, so any OpenAI-compatible server can be benched without knowing what it supports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from yarl import URL
+
+from steadystream._exceptions import SpecError
+from steadystream.bench.workload import RequestSpec
+
+__all__ = ["USAGE_LEVELS", "Endpoint", "headers_from", "parse_header", "redact"]
+
+USAGE_LEVELS = ("off", "on", "continuous")  # index = how much usage is asked for
+_USAGE_MODES = ("auto", *USAGE_LEVELS)
+_ENDPOINTS = {"chat": "chat/completions", "completions": "completions"}
+_SECRET_HEADER = re.compile(
+    r"authorization|api[-_]?key|token|secret|passw(or)?d|cookie|credential|signature",
+    re.IGNORECASE,
+)
+_REDACTED = "***"
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``"Name: value"`` as given to ``--header``."""
+    name, sep, value = text.partition(":")
+    name = name.strip()
+    if not sep or not name or any(c.isspace() for c in name):
+        shown = "(not shown: it may hold a credential)" if _SECRET_HEADER.search(text) else text
+        raise SpecError(f"--header: expected 'Name: value', got {shown!r}")
+    return name, value.strip()
+
+
+def redact(text: str) -> str:
+    """A header line safe to show: the value is hidden when the name looks like a credential."""
+    name, sep, _ = text.partition(":")
+    return f"{name}: {_REDACTED}" if sep and _SECRET_HEADER.search(name) else text
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An OpenAI-compatible streaming endpoint and how to call it."""
+
+    base_url: str
+    model: str
+    kind: str = "chat"  # "chat" or "completions"
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    usage: str = "auto"
+    ignore_eos: bool = False
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in _ENDPOINTS:
+            raise SpecError(f"--endpoint must be chat or completions, got {self.kind!r}")
+        if self.usage not in _USAGE_MODES:
+            raise SpecError(f"--usage must be one of {', '.join(_USAGE_MODES)}, got {self.usage!r}")
+        if not self.model:
+            raise SpecError("--model is required: the model name the server serves")
+        try:
+            url = URL(self.base_url)
+        except (ValueError, TypeError) as exc:
+            raise SpecError(f"cannot read {self.base_url!r} as a URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise SpecError(
+                f"URL must be an http(s) API base such as http://127.0.0.1:8000/v1, "
+                f"got {self.base_url!r}"
+            )
+        names = {name.lower() for name, _ in self.headers}
+        if "x-request-id" in names:
+            raise SpecError("--header: X-Request-Id is set by bench for every request")
+
+    @property
+    def url(self) -> str:
+        """Where requests are posted."""
+        return f"{self.base_url.rstrip('/')}/{_ENDPOINTS[self.kind]}"
+
+    @property
+    def origin(self) -> str:
+        """The server's root (``scheme://host:port``), where the lab serves its ground truth."""
+        return str(URL(self.base_url).origin())
+
+    @property
+    def first_usage_level(self) -> int:
+        return len(USAGE_LEVELS) - 1 if self.usage == "auto" else USAGE_LEVELS.index(self.usage)
+
+    def body(self, spec: RequestSpec, usage_level: int) -> bytes:
+        """The JSON body of one streamed request."""
+        payload: dict[str, Any] = {"model": self.model, "stream": True}
+        if self.kind == "chat":
+            payload["messages"] = list(spec.messages)
+        else:
+            payload["prompt"] = spec.prompt_text
+        if spec.max_tokens is not None:
+            payload["max_tokens"] = spec.max_tokens
+            if self.ignore_eos:
+                payload["ignore_eos"] = True
+        if usage_level >= 1:
+            options: dict[str, bool] = {"include_usage": True}
+            if usage_level >= 2:
+                options["continuous_usage_stats"] = True
+            payload["stream_options"] = options
+        payload.update(self.extra_body)
+        return orjson.dumps(payload)
+
+    def request_headers(self, request_id: str) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "X-Request-Id": request_id,
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.headers)
+        return headers
+
+    def shown_headers(self) -> list[str]:
+        """The extra headers as they may be printed (credentials redacted)."""
+        lines = [redact(f"{name}: {value}") for name, value in self.headers]
+        if self.api_key:
+            lines.insert(0, f"Authorization: Bearer {_REDACTED}")
+        return lines
+
+    def describe(self) -> str:
+        return f"{self.url} (model {self.model}, {self.kind})"
+
+
+def headers_from(lines: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_header(line) for line in lines)

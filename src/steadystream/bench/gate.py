@@ -1,0 +1,253 @@
+"""The release gate: compare two runs' fleet metrics against regression limits.
+
+A rule is ``METRIC=LIMIT``. METRIC is any single-number fleet metric
+(:meth:`FleetMetrics.scalars`), with or without its ``_s`` suffix: ``p99_of_p99``,
+``goodput``, ``ttft_p95``... LIMIT is how far the metric may move in its bad direction:
+
+- ``10%``: relative to the baseline;
+- ``2pt``: absolute percentage points, for shares (goodput, unstable_share);
+- ``50ms``, ``0.2s``: absolute, for times;
+- ``3``: absolute, in the metric's own unit.
+
+Directions are known: higher is worse for times, stalls and the unstable share, lower is
+worse for goodput, QoE and fluidity. A sign may be written (``goodput=-2pt``,
+``unstable_share=+1pt``) and must then agree; a metric with no known direction (for example
+``tokens_per_chunk_mean``) needs one. A metric undefined in either run cannot be judged and
+is shown as ``n/a``, never as a pass or a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from steadystream._exceptions import SpecError
+from steadystream._units import format_duration, parse_duration
+from steadystream.metrics import FleetMetrics
+
+__all__ = [
+    "DEFAULT_RULES",
+    "GateReport",
+    "GateRow",
+    "GateRule",
+    "compare",
+    "gateable_metrics",
+    "parse_rules",
+    "show_value",
+]
+
+DEFAULT_RULES = (
+    "p99_of_p99=10%",
+    "p99_of_worst_gap=10%",
+    "goodput=-2pt",
+    "ttft_p95=15%",
+    "unstable_share=+1pt",
+)
+"""The limits ``gate`` applies unless told otherwise (each can be overridden by name)."""
+
+# Settings of the run, not results: nothing to gate on.
+_NOT_RESULTS = frozenset({"stall_threshold_s", "ttft_target_s"})
+_LOWER_IS_WORSE = frozenset({"goodput", "qoe_mean", "fluidity_mean"})
+_HIGHER_IS_WORSE_EXTRA = frozenset(
+    {"unstable_share", "stall_count", "stalls_per_1k_tokens", "envelope_overhead_mean"}
+)
+_SHARES = frozenset({"goodput", "unstable_share"})
+_LIMIT = re.compile(r"^\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|pt|[a-zµ]+)?\s*$", re.IGNORECASE)
+_EPSILON = 1e-12  # float noise: a change exactly at the limit passes
+
+
+def gateable_metrics() -> list[str]:
+    """Names a rule may use (each also accepted without its ``_s`` suffix)."""
+    return sorted(_scalar_names())
+
+
+def _scalar_names() -> set[str]:
+    # The fields FleetMetrics.scalars() returns: its numbers (annotations are strings here).
+    fields = FleetMetrics.__dataclass_fields__
+    numbers = {"int", "float", "float | None", "int | None"}
+    return {name for name, f in fields.items() if str(f.type) in numbers} - _NOT_RESULTS
+
+
+def _direction(metric: str) -> int | None:
+    """+1: higher is worse; -1: lower is worse; None: unknown."""
+    if metric in _LOWER_IS_WORSE:
+        return -1
+    if metric.endswith("_s") or metric in _HIGHER_IS_WORSE_EXTRA:
+        return +1
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GateRule:
+    """``metric`` may move at most ``limit`` in direction ``worse`` (+1 up, -1 down)."""
+
+    metric: str
+    worse: int
+    limit: float
+    unit: str  # "%": relative; "pt": share points; "s": seconds; "": the metric's unit
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> GateRule:
+        name, sep, limit = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise SpecError(f"--max-regression: expected METRIC=LIMIT, got {text!r}")
+        metric = _resolve(name)
+        match = _LIMIT.match(limit)
+        if match is None:
+            raise SpecError(
+                f"--max-regression {name}: cannot read limit {limit!r} "
+                "(examples: 10%, -2pt, +1pt, 50ms)"
+            )
+        sign, number, suffix = match.groups()
+        suffix = (suffix or "").lower()
+        known = _direction(metric)
+        written = {"+": 1, "-": -1}.get(sign)
+        if written is None and known is None:
+            raise SpecError(
+                f"--max-regression {name}: say which way is worse with a sign, "
+                f"e.g. {name}=+{number}{suffix} (rises are bad) or {name}=-{number}{suffix}"
+            )
+        if written is not None and known is not None and written != known:
+            way = "lower" if known < 0 else "higher"
+            fix = "-" if known < 0 else "+"
+            raise SpecError(
+                f"--max-regression {name}: {way} is worse for this metric, so its limit "
+                f"is written {name}={fix}{number}{suffix}"
+            )
+        worse = written if written is not None else known
+        assert worse is not None
+        value = float(number)
+        if suffix == "%":
+            unit = "%"
+        elif suffix == "pt":
+            if metric not in _SHARES:
+                raise SpecError(
+                    f"--max-regression {name}: 'pt' (percentage points) is for shares "
+                    f"({', '.join(sorted(_SHARES))}); use % instead"
+                )
+            unit, value = "pt", value / 100
+        elif suffix:
+            if not metric.endswith("_s"):
+                raise SpecError(f"--max-regression {name}: {metric} is not a time; use % instead")
+            unit, value = "s", parse_duration(f"{number}{suffix}", name=name) / 1e9
+        else:
+            unit = ""
+        return cls(metric, worse, value, unit, f"{name}={limit.strip()}")
+
+    def describe(self) -> str:
+        sign = "+" if self.worse > 0 else "-"
+        if self.unit == "%":
+            return f"{sign}{self.limit:g}%"
+        if self.unit == "pt":
+            return f"{sign}{self.limit * 100:g}pt"
+        if self.unit == "s":
+            return f"{sign}{format_duration(self.limit * 1e9)}"
+        return f"{sign}{self.limit:g}"
+
+    def judge(self, baseline: float | None, current: float | None) -> str:
+        """``pass``, ``FAIL``, or ``n/a`` when either value is undefined."""
+        if baseline is None or current is None or math.isnan(baseline) or math.isnan(current):
+            return "n/a"
+        bad = (current - baseline) * self.worse  # > 0: moved the bad way
+        allowed = abs(baseline) * self.limit / 100 if self.unit == "%" else self.limit
+        return "FAIL" if bad > allowed + _EPSILON else "pass"
+
+
+def _resolve(name: str) -> str:
+    names = _scalar_names()
+    for candidate in (name, f"{name}_s"):
+        if candidate in names:
+            return candidate
+    raise SpecError(
+        f"--max-regression: unknown metric {name!r}; known: "
+        + ", ".join(n.removesuffix("_s") for n in sorted(names))
+    )
+
+
+def parse_rules(texts: Iterable[str], *, defaults: bool = True) -> list[GateRule]:
+    """Rules from ``--max-regression`` values (each may hold several, comma separated).
+
+    With ``defaults``, :data:`DEFAULT_RULES` apply to every metric not named.
+    """
+    given: dict[str, GateRule] = {}
+    for text in texts:
+        for part in text.split(","):
+            if part.strip():
+                rule = GateRule.parse(part)
+                given[rule.metric] = rule
+    rules = [GateRule.parse(t) for t in DEFAULT_RULES] if defaults else []
+    merged = {r.metric: r for r in rules}
+    merged.update(given)
+    if not merged:
+        raise SpecError("--max-regression: no rules to check")
+    return list(merged.values())
+
+
+@dataclass(frozen=True, slots=True)
+class GateRow:
+    metric: str
+    baseline: float | None
+    current: float | None
+    change: str
+    limit: str
+    verdict: str  # "pass", "FAIL" or "n/a"
+
+
+@dataclass(frozen=True, slots=True)
+class GateReport:
+    rows: list[GateRow]
+
+    @property
+    def passed(self) -> bool:
+        return all(row.verdict != "FAIL" for row in self.rows)
+
+    @property
+    def failures(self) -> list[GateRow]:
+        return [row for row in self.rows if row.verdict == "FAIL"]
+
+
+def compare(baseline: FleetMetrics, current: FleetMetrics, rules: Sequence[GateRule]) -> GateReport:
+    """Judge ``current`` against ``baseline`` with ``rules``."""
+    before, after = baseline.scalars(), current.scalars()
+    rows = []
+    for rule in rules:
+        b, c = before.get(rule.metric), after.get(rule.metric)
+        rows.append(
+            GateRow(
+                metric=rule.metric,
+                baseline=b,
+                current=c,
+                change=_change(rule.metric, b, c),
+                limit=rule.describe(),
+                verdict=rule.judge(b, c),
+            )
+        )
+    return GateReport(rows)
+
+
+def show_value(metric: str, value: float | None) -> str:
+    """A metric's value as a person reads it."""
+    if value is None:
+        return "—"
+    if metric in _SHARES:
+        return f"{value:.1%}"
+    if metric.endswith("_s"):
+        return format_duration(value * 1e9)
+    return f"{value:.4g}"
+
+
+def _change(metric: str, baseline: float | None, current: float | None) -> str:
+    if baseline is None or current is None:
+        return "—"
+    delta = current - baseline
+    if metric in _SHARES:
+        return f"{delta * 100:+.2f}pt"
+    relative = f"{delta / abs(baseline):+.1%}" if baseline else ("±0%" if not delta else "new")
+    if metric.endswith("_s"):
+        sign = "+" if delta >= 0 else "-"
+        return f"{relative} ({sign}{format_duration(abs(delta) * 1e9)})"
+    return f"{relative} ({delta:+.4g})"

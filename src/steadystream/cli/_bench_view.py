@@ -1,0 +1,247 @@
+"""What ``bench`` and ``gate`` show: the live view, the client's self-check, tables.
+
+The live view redraws twice a second from :meth:`RunProgress.snapshot` on the event loop
+itself (a refresh thread would take the GIL at moments the loop cannot choose); a redraw is
+about a millisecond of client time, well under the 5 ms loop-lag flag, and ``--no-live``
+removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from steadystream._exceptions import InputError
+from steadystream._types import Outcome
+from steadystream._units import format_duration
+from steadystream.bench.gate import GateReport, show_value
+from steadystream.bench.health import token_notes
+from steadystream.bench.progress import ProgressSnapshot, RunProgress
+from steadystream.bench.runner import RunResult
+from steadystream.bench.sweep import SweepPoint, SweepResult
+from steadystream.timeline import Timeline
+
+__all__ = [
+    "LiveView",
+    "cancellation_table",
+    "fidelity_notes",
+    "gate_table",
+    "load_run",
+    "sweep_table",
+]
+
+_REFRESH_S = 0.5
+
+
+def _s(value: float | None) -> str:
+    return format_duration(None if value is None else value * 1e9)
+
+
+class LiveView:
+    """Progress, streams in flight and the running headline numbers, redrawn in place."""
+
+    def __init__(self, console: Console, *, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled and console.is_terminal
+        self._live: Live | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def follow(
+        self, progress: RunProgress, title: str, total: int | None, duration_s: float | None
+    ) -> None:
+        if not self.enabled:
+            return
+        self._live = Live(console=self.console, auto_refresh=False, transient=True)
+        self._live.start()
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._redraw(progress, title, total, duration_s))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    async def _redraw(
+        self, progress: RunProgress, title: str, total: int | None, duration_s: float | None
+    ) -> None:
+        assert self._live is not None
+        while True:
+            view = render_snapshot(progress.snapshot(), title, total, duration_s)
+            self._live.update(view, refresh=True)
+            await asyncio.sleep(_REFRESH_S)
+
+
+def render_snapshot(
+    snap: ProgressSnapshot, title: str, total: int | None, duration_s: float | None
+) -> Group:
+    if total is not None:
+        bar = ProgressBar(total=total, completed=snap.finished, width=40)
+        counter = f"{snap.finished}/{total} streams"
+    else:
+        span = duration_s or 1.0
+        bar = ProgressBar(total=span, completed=min(snap.elapsed_s, span), width=40)
+        counter = f"{snap.elapsed_s:.0f}/{span:.0f} s, {snap.finished} streams"
+    head = Table.grid(padding=(0, 2))
+    head.add_row(Text(title, style="bold"), bar, counter)
+    stats = Table.grid(padding=(0, 3))
+    stats.add_row(
+        f"in flight [bold]{snap.in_flight}[/]",
+        f"p99 of p99 gap [bold]{_s(snap.p99_of_p99_s)}[/]",
+        f"p99 of worst gap [bold]{_s(snap.p99_of_worst_gap_s)}[/]",
+        f"goodput [bold]{'—' if snap.goodput is None else f'{snap.goodput:.1%}'}[/]",
+        f"TTFT p95 [bold]{_s(snap.ttft_p95_s)}[/]",
+        f"errors [bold {'red' if snap.errors else ''}]{snap.errors}[/]",
+        f"client-lagged [bold]{snap.lagged_streams}[/]",
+    )
+    parts: list[Table | Text] = [head, stats]
+    if snap.first_error:
+        parts.append(Text(f"first error: {snap.first_error}", style="red"))
+    return Group(*parts)
+
+
+def fidelity_notes(result: RunResult) -> list[str]:
+    """The run's self-check, in words: schedule, client lag, kept up or not, token counts."""
+    health = result.health()
+    notes = [
+        f"load: {result.schedule}; {len(result.timelines)} streams in {result.elapsed_s:.1f} s"
+    ]
+    notes += health.lines()
+    problems = health.problems()
+    if problems:
+        notes.append("the client could not keep up with the asked load: " + "; ".join(problems))
+    sources: dict[str, int] = {}
+    for timeline in result.timelines:
+        source = timeline.token_source.value
+        sources[source] = sources.get(source, 0) + 1
+    notes += token_notes(sources)
+    notes += result.notes
+    if result.interrupted:
+        notes.append("the run was interrupted: streams in flight were recorded as cancelled")
+    return notes
+
+
+def cancellation_table(timelines: Sequence[Timeline]) -> Table | None:
+    """Cancelled streams: how long the engine took to free them, and what it wasted."""
+    cancelled = [
+        t
+        for t in timelines
+        if t.outcome is Outcome.CANCELLED and t.meta.get("cancel_after") is not None
+    ]
+    if not cancelled:
+        return None
+    latency = _values(cancelled, "cancel_latency_ms")
+    notice = _values(cancelled, "cancel_notice_ms")
+    tax = _values(cancelled, "tokens_after_disconnect")
+    table = Table(title="Cancellation (--cancel)", title_justify="left")
+    table.add_column("measure")
+    for column in ("streams", "p50", "p95", "max"):
+        table.add_column(column, justify="right")
+    table.add_row("cancelled by the client", str(len(cancelled)), "", "", "")
+    if len(latency):
+        table.add_row(
+            "client left → engine freed the KV (cancellation latency)",
+            str(len(latency)),
+            *(f"{v:.1f} ms" for v in np.percentile(latency, (50, 95, 100))),
+        )
+    if len(notice):
+        table.add_row(
+            "client left → engine noticed",
+            str(len(notice)),
+            *(f"{v:.1f} ms" for v in np.percentile(notice, (50, 95, 100))),
+        )
+    if len(tax):
+        table.add_row(
+            "tokens generated after the client left (cancellation tax)",
+            str(len(tax)),
+            *(f"{v:.0f}" for v in np.percentile(tax, (50, 95, 100))),
+        )
+    else:
+        table.caption = "no ground truth: the server is not a lab (see --lab-truth)"
+    return table
+
+
+def _values(timelines: Sequence[Timeline], key: str) -> np.ndarray:
+    values = [t.meta.get(key) for t in timelines]
+    return np.array([v for v in values if isinstance(v, int | float)], dtype=np.float64)
+
+
+def gate_table(report: GateReport, baseline: str, current: str) -> Table:
+    table = Table(title=f"Gate: {current} against {baseline}", title_justify="left")
+    for column in ("metric", "baseline", "current", "change", "limit", "verdict"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for row in report.rows:
+        style = {"FAIL": "bold red", "pass": "green"}.get(row.verdict, "dim")
+        table.add_row(
+            row.metric.removesuffix("_s"),
+            show_value(row.metric, row.baseline),
+            show_value(row.metric, row.current),
+            row.change,
+            row.limit,
+            Text(row.verdict, style=style),
+        )
+    return table
+
+
+def sweep_table(result: SweepResult) -> Table:
+    unit = "req/s" if result.plan.dimension == "rate" else "streams"
+    table = Table(title=f"Sweep: {result.plan.describe()}", title_justify="left")
+    columns = (
+        f"load ({unit})",
+        "streams",
+        "goodput",
+        "TTFT p95",
+        "p99 of p99",
+        "p99 of worst gap",
+        "errors",
+        "SLO",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for point in sorted(result.points, key=lambda p: p.load):
+        table.add_row(*_sweep_row(point))
+    return table
+
+
+def _sweep_row(point: SweepPoint) -> list[str]:
+    fleet = point.fleet
+    errors = sum(fleet.outcomes.get(o.value, 0) for o in (Outcome.ERROR, Outcome.TRUNCATED))
+    verdict = "[green]met[/]" if point.passed else "[red]missed[/]: " + "; ".join(point.misses)
+    if not point.client_kept_up:
+        verdict += " [yellow](client lagged)[/]"
+    return [
+        f"{point.load:g}",
+        str(fleet.streams),
+        show_value("goodput", fleet.goodput),
+        _s(fleet.ttft_p95_s),
+        _s(fleet.p99_of_p99_s),
+        _s(fleet.p99_of_worst_gap_s),
+        str(errors),
+        verdict,
+    ]
+
+
+def load_run(path: Path) -> tuple[list[Timeline], str | None]:
+    """A run's timelines (and a note when its last line was cut off); none is an error."""
+    from steadystream.files import read_timelines
+
+    result = read_timelines(path)
+    if not result.timelines:
+        raise InputError(f"{path}: no streams in this run")
+    note = None
+    if result.truncated_line is not None:
+        note = f"{path}: line {result.truncated_line} was cut off; the streams before it count"
+    return result.timelines, note

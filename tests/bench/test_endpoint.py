@@ -1,0 +1,81 @@
+"""The endpoint: request bodies for chat and completions, headers, and what may be shown."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from steadystream import SpecError
+from steadystream.bench.endpoint import Endpoint, headers_from, parse_header, redact
+from steadystream.bench.workload import RequestSpec
+
+SPEC = RequestSpec(0, ({"role": "system", "content": "a"}, {"role": "user", "content": "b"}), 32, 2)
+
+
+def test_chat_body_carries_messages_and_usage_options() -> None:
+    endpoint = Endpoint("http://127.0.0.1:8000/v1/", "m")
+    assert endpoint.url == "http://127.0.0.1:8000/v1/chat/completions"
+    body = orjson.loads(endpoint.body(SPEC, 2))
+    assert body["messages"][1] == {"role": "user", "content": "b"}
+    assert body["stream"] is True
+    assert body["max_tokens"] == 32
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert orjson.loads(endpoint.body(SPEC, 1))["stream_options"] == {"include_usage": True}
+    assert "stream_options" not in orjson.loads(endpoint.body(SPEC, 0))
+
+
+def test_completions_body_flattens_the_prompt() -> None:
+    endpoint = Endpoint("http://h:1/v1", "m", kind="completions", ignore_eos=True)
+    assert endpoint.url == "http://h:1/v1/completions"
+    body = orjson.loads(endpoint.body(SPEC, 0))
+    assert body["prompt"] == "a\n\nb"
+    assert "messages" not in body
+    assert body["ignore_eos"] is True
+
+
+def test_usage_mode_sets_the_first_level() -> None:
+    assert Endpoint("http://h/v1", "m").first_usage_level == 2
+    assert Endpoint("http://h/v1", "m", usage="on").first_usage_level == 1
+    assert Endpoint("http://h/v1", "m", usage="off").first_usage_level == 0
+
+
+def test_the_api_key_is_sent_but_never_shown() -> None:
+    endpoint = Endpoint(
+        "http://h/v1", "m", api_key="sk-SECRET", headers=headers_from(["X-Api-Key: k2", "X-T: 1"])
+    )
+    sent = endpoint.request_headers("r1")
+    assert sent["Authorization"] == "Bearer sk-SECRET"
+    assert sent["X-Request-Id"] == "r1"
+    assert sent["X-Api-Key"] == "k2"
+    shown = " ".join(endpoint.shown_headers())
+    assert "SECRET" not in shown
+    assert "k2" not in shown
+    assert "X-T: 1" in shown
+    assert "SECRET" not in repr(endpoint)
+
+
+def test_redaction_and_header_parsing() -> None:
+    assert redact("Authorization: Bearer x") == "Authorization: ***"
+    assert redact("Cookie: a=b") == "Cookie: ***"
+    assert redact("X-Route: blue") == "X-Route: blue"
+    assert parse_header("X-Route:  blue ") == ("X-Route", "blue")
+    with pytest.raises(SpecError) as info:
+        parse_header("Authorization Bearer sk-LEAK")
+    assert "LEAK" not in str(info.value)
+    with pytest.raises(SpecError, match="X-Route blue"):
+        parse_header("X-Route blue")
+    with pytest.raises(SpecError, match="X-Request-Id"):
+        Endpoint("http://h/v1", "m", headers=(("X-Request-Id", "mine"),))
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000/v1", "ftp://h/v1", "http:///v1", ""])
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(SpecError, match=r"URL|cannot read"):
+        Endpoint(url, "m")
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(SpecError, match="--endpoint"):
+        Endpoint("http://h/v1", "m", kind="embeddings")
+    with pytest.raises(SpecError, match="--usage"):
+        Endpoint("http://h/v1", "m", usage="sometimes")
