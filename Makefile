@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/steadystream analyze examples/sample-run.jsonl
+	$(BIN)/steadystream demo
 
 test: lint typecheck unit
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import typer
 
 from steadystream.__about__ import __version__
@@ -30,9 +32,13 @@ def _root(
     """See and fix the stutter in LLM token streams."""
 
 
+_COMMANDS = ("analyze", "lab", "bench", "gate", "whatif", "gateway", "report", "demo")
+
+
 def _register() -> None:
     # Command modules import only typer at module level, so `--help` stays instant.
-    from steadystream.cli import analyze  # noqa: F401  (one import per command module)
+    for name in _COMMANDS:
+        importlib.import_module(f"steadystream.cli.{name}")
 
 
 def main() -> None:

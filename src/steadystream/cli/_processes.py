@@ -1,0 +1,106 @@
+"""Child processes for commands that orchestrate others (the demo): start, wait, stop by pid."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from steadystream._exceptions import SteadystreamError
+
+__all__ = ["Child", "free_port", "run_command"]
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the child binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def steadystream_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "steadystream", *args]
+
+
+class Child:
+    """A server we started: waits until it answers, and is always stopped by its pid."""
+
+    def __init__(self, name: str, args: Sequence[str], *, health_url: str, log: Path) -> None:
+        self.name = name
+        self.args = list(args)
+        self.health_url = health_url
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Child:
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+        self._wait_healthy(timeout_s=30.0)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise SteadystreamError(
+                    f"{self.name} exited with code {self.process.returncode} at start; "
+                    f"its output is in {self.log}"
+                )
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1.0) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise SteadystreamError(f"{self.name} did not answer {self.health_url} in {timeout_s:g}s")
+
+
+def run_command(args: Sequence[str], *, log: Path, timeout_s: float) -> int:
+    """Run a command to completion, its output to ``log``; returns its exit code."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+            raise SteadystreamError(
+                f"{' '.join(args[2:4])} ran past {timeout_s:g}s and was stopped; see {log}"
+            ) from None
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)

@@ -1,0 +1,60 @@
+"""``steadystream gateway``: the OpenAI-compatible streaming proxy (docs/gateway.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from steadystream.cli import app
+
+
+@app.command()
+def gateway(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="The gateway's YAML configuration.")
+    ] = None,
+    upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--upstream",
+            help="An upstream base URL (repeat, in priority order); starts without a config.",
+        ),
+    ] = None,
+    upstream_key_env: Annotated[
+        str | None,
+        typer.Option(help="With --upstream: the environment variable holding their API key."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default 127.0.0.1, or the config's).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default 8080, or the config's).")
+    ] = None,
+) -> None:
+    """Measure, pace, fail over and cancel LLM streams between clients and their providers."""
+    from steadystream.cli._options import exit_on_error
+    from steadystream.gateway.config import config_from_upstreams, load_config
+    from steadystream.gateway.server import serve
+
+    if (config is None) == (not upstream):
+        raise typer.BadParameter(
+            "give --config FILE or at least one --upstream URL", param_hint="--config"
+        )
+    with exit_on_error():
+        if config is not None:
+            chosen = load_config(config)
+        else:
+            chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
+        changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        if changes:
+            server = chosen.server.model_copy(update=changes)
+            chosen = chosen.model_copy(update={"server": server})
+        names = ", ".join(f"{u.name} ({u.base_url})" for u in chosen.upstreams_in_order())
+        typer.echo(
+            f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
+            f"failover {chosen.failover.policy}, "
+            f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
+        )
+        serve(chosen)

@@ -1,0 +1,314 @@
+"""The gateway's HTTP face: an OpenAI-compatible Starlette app.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
+``GET /v1/models``, ``GET /healthz``, ``GET /metrics``. Clients change only their base URL.
+
+Every generation request is checked in this order, each failure an OpenAI-style error:
+gateway key (401), body size (413), body and fields (400 naming the field), model allowed
+for the tenant (403), model served by an upstream (404), pacer header (400). Then it is
+handed to :class:`~steadystream.gateway.relay.StreamRelay` or
+:class:`~steadystream.gateway.whole.WholeRelay`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from steadystream._clock import Clock, MonotonicClock
+from steadystream._exceptions import ConfigError, SpecError, UpstreamError
+from steadystream.gateway.auth import Authenticator, AuthError, Tenant
+from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
+from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
+from steadystream.gateway.relay import StreamRelay
+from steadystream.gateway.requests import (
+    ApiError,
+    ProxyRequest,
+    error_response,
+    new_request_id,
+    parse_request,
+)
+from steadystream.gateway.requests import (
+    Route as RouteName,
+)
+from steadystream.gateway.state import GatewayState
+from steadystream.gateway.upstreams import UpstreamPool, open_session
+from steadystream.gateway.whole import WholeRelay
+from steadystream.shaping import Pacer, parse_spec
+from steadystream.shaping.base import check_watermarks
+
+__all__ = ["PACER_HEADER", "create_app"]
+
+PACER_HEADER = "X-Steadystream-Pacer"
+_Endpoint = Callable[[Request], Awaitable[Response]]
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_MODELS_TIMEOUT_S = 3.0
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    clock: Clock | None = None,
+    registry: CollectorRegistry | None = None,
+    session: aiohttp.ClientSession | None = None,
+    recorder: TimelineSink | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Starlette:
+    """The gateway as an ASGI app.
+
+    ``session`` (the upstream transport), ``registry`` (metrics), ``recorder`` and ``clock``
+    are passed in for tests; by default the app opens its own aiohttp session at startup,
+    a fresh registry, the configured recording, and the monotonic clock. Keys are read from
+    ``env`` (default ``os.environ``); a missing one is a :class:`ConfigError` right here.
+    """
+    env = os.environ if env is None else env
+    _check_pacers(config)
+    state = GatewayState(
+        config=config,
+        auth=Authenticator.from_config(config, env),
+        pool=UpstreamPool(config, session, env),
+        clock=clock if clock is not None else MonotonicClock(),
+        metrics=GatewayMetrics(registry if registry is not None else CollectorRegistry()),
+        recorder=recorder,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own_session = state.pool.session is None
+        if own_session:
+            state.pool.session = open_session(config)
+        own_recorder = state.recorder is None and config.recording.enabled
+        if own_recorder:
+            rec = config.recording
+            state.recorder = TimelineRecorder(
+                rec.directory,
+                keep_text=rec.keep_text,
+                rotate_streams=rec.rotate_streams,
+                keep_files=rec.keep_files,
+            )
+        try:
+            yield
+        finally:
+            if own_session and state.pool.session is not None:
+                await state.pool.session.close()
+                state.pool.session = None
+            if own_recorder and state.recorder is not None:
+                state.recorder.close()
+                state.recorder = None
+
+    generation = {
+        "/v1/chat/completions": _Generation(state, "chat"),
+        "/v1/completions": _Generation(state, "completions"),
+    }
+    routes = [
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
+        Route("/v1/models", _models(state), methods=["GET"]),
+        Route("/healthz", _health(state), methods=["GET"]),
+        Route("/metrics", _metrics(state), methods=["GET"]),
+    ]
+    app = _GatewayApp(generation, routes=routes, lifespan=lifespan)
+    app.state.gateway = state
+    return app
+
+
+class _GatewayApp(Starlette):
+    """Starlette, with the two generation routes called directly.
+
+    Every event of a stream is one ASGI send; Starlette's middleware wraps each send in two
+    more coroutines. The generation endpoints answer every error themselves (and uvicorn
+    turns anything unexpected into a 500), so they skip the stack; the rest goes through it.
+    """
+
+    def __init__(self, generation: Mapping[str, ASGIApp], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._generation = generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self._generation.get(scope["path"])
+            if endpoint is not None:
+                scope["app"] = self
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _check_pacers(config: GatewayConfig) -> None:
+    """Configured pacers must work with the backpressure watermarks (a deadlock otherwise)."""
+    limits = config.limits
+    specs = [("pacing.default", config.pacing.default)]
+    specs += [(f"pacing.routes.{r}", s) for r, s in config.pacing.routes.items()]
+    specs += [(f"tenants.{i}.pacer", t.pacer) for i, t in enumerate(config.tenants)]
+    for key, spec in specs:
+        if spec is None:
+            continue
+        try:
+            check_watermarks(
+                parse_spec(spec), limits.pacer_high_watermark, limits.pacer_low_watermark
+            )
+        except SpecError as exc:
+            raise ConfigError(f"key {key!r}: {exc}") from exc
+
+
+class _Generation:
+    """``POST /v1/chat/completions`` or ``/v1/completions``, as an ASGI endpoint."""
+
+    def __init__(self, state: GatewayState, route: RouteName) -> None:
+        self.state = state
+        self.route: RouteName = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self.state
+        received = state.clock.now_ns()
+        request = Request(scope, receive)
+        given = request.headers.get("x-request-id")
+        request_id = given if given and _REQUEST_ID.match(given) else new_request_id()
+        headers = {"x-request-id": request_id}
+        tenant_name = "unknown"
+        try:
+            tenant = state.auth.tenant_for(request.headers.get("authorization"))
+            tenant_name = tenant.name
+            raw = await _read_body(request, state.config.limits.max_body_bytes)
+            proxy = parse_request(raw, self.route)
+            state.auth.check_model(tenant, proxy.model)
+            candidates = state.pool.candidates(proxy.model)
+            if not candidates:
+                served = ", ".join(state.pool.models()) or "none listed"
+                raise ApiError(
+                    404,
+                    f"model {proxy.model!r} is not served by any upstream (served: {served})",
+                    param="model",
+                    code="model_not_found",
+                )
+            pacer = self._pacer(request, tenant, proxy)
+        except AuthError as exc:
+            state.metrics.errors.labels(self.route, tenant_name, exc.code).inc()
+            kind = "authentication_error" if exc.status == 401 else "permission_error"
+            response = error_response(
+                exc.status, exc.message, None, kind, exc.code, headers=headers
+            )
+            await response(scope, receive, send)
+            return
+        except ApiError as exc:
+            state.metrics.errors.labels(self.route, tenant_name, exc.code or "bad_request").inc()
+            await exc.response(headers)(scope, receive, send)
+            return
+        record = StreamRecord(
+            request_id,
+            received,
+            {
+                "model": proxy.model,
+                "route": self.route,
+                "tenant": tenant.name,
+                "upstream": candidates[0].name,
+            },
+        )
+        record.meta["pacer"] = None if pacer is None else repr(pacer)
+        forward = {name for upstream in candidates for name in upstream.forward_headers}
+        client_headers = {n: v for n in forward if (v := request.headers.get(n)) is not None}
+        if proxy.stream:
+            relay = StreamRelay(
+                state, proxy, record, candidates, pacer=pacer, client_headers=client_headers
+            )
+            await relay(scope, receive, send)
+        else:
+            whole = WholeRelay(state, proxy, record, candidates, client_headers=client_headers)
+            await whole(scope, receive, send)
+
+    def _pacer(self, request: Request, tenant: Tenant, proxy: ProxyRequest) -> Pacer | None:
+        """The request's pacer: its header, else its tenant's, its route's, the default."""
+        pacing = self.state.config.pacing
+        spec = pacing.routes.get(self.route, pacing.default)
+        if tenant.pacer is not None:
+            spec = tenant.pacer
+        header = request.headers.get(PACER_HEADER)
+        if header is not None and pacing.allow_header:
+            spec = header
+        if spec is None or not proxy.stream or proxy.choices != 1:
+            return None
+        limits = self.state.config.limits
+        try:
+            pacer = parse_spec(spec)
+            check_watermarks(pacer, limits.pacer_high_watermark, limits.pacer_low_watermark)
+        except SpecError as exc:
+            raise ApiError(400, f"{PACER_HEADER}: {exc}", param=PACER_HEADER) from exc
+        return None if pacer.name == "passthrough" else pacer
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    too_large = ApiError(
+        413, f"the request body is larger than {limit} bytes", code="request_too_large"
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _models(state: GatewayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        try:
+            tenant = state.auth.tenant_for(request.headers.get("authorization"))
+        except AuthError as exc:
+            return error_response(exc.status, exc.message, None, "authentication_error", exc.code)
+        names = dict.fromkeys(state.pool.models())
+        for upstream in state.pool.upstreams:
+            if upstream.models:
+                continue
+            # An upstream that serves any model: ask it what it has.
+            try:
+                listed = await state.pool.get_json(upstream, "/models", _MODELS_TIMEOUT_S)
+            except UpstreamError as exc:
+                state.log.info("models of upstream %s: %s", upstream.name, exc)
+                continue
+            for item in listed.get("data", []) if isinstance(listed, dict) else []:
+                if isinstance(item, dict) and isinstance(item.get("id"), str):
+                    names.setdefault(item["id"], None)
+        created = int(time.time())
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "steadystream"}
+            for name in names
+            if tenant.may_use(name)
+        ]
+        return _json({"object": "list", "data": data})
+
+    return endpoint
+
+
+def _health(state: GatewayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return _json({"status": "ok", "upstreams": [u.name for u in state.pool.upstreams]})
+
+    return endpoint
+
+
+def _metrics(state: GatewayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return endpoint

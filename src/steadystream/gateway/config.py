@@ -1,0 +1,389 @@
+"""The gateway's configuration: a YAML file validated into small frozen pydantic models.
+
+docs/gateway.md documents every key with its type and default. Durations are written as
+people type them (``1.5s``, ``400ms``; a bare number is seconds) and held as integer
+nanoseconds; sizes take ``KiB``/``MiB`` suffixes or a plain byte count. Anything wrong is
+reported as one :class:`~steadystream.ConfigError` that names the key and what it accepts.
+
+Secrets are never written in this file's models: upstream and tenant keys are named by the
+environment variables that hold them and are read when the app is built
+(:mod:`steadystream.gateway.auth`, :mod:`steadystream.gateway.upstreams`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from steadystream._exceptions import ConfigError, SpecError
+from steadystream._units import parse_duration
+
+__all__ = [
+    "FailoverConfig",
+    "GatewayConfig",
+    "LimitsConfig",
+    "PacingConfig",
+    "RecordingConfig",
+    "ServerConfig",
+    "TenantConfig",
+    "UpstreamConfig",
+    "UpstreamTimeouts",
+    "WatchdogConfig",
+    "config_from_mapping",
+    "config_from_upstreams",
+    "load_config",
+]
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "KiB": 1024,
+    "MB": 1000**2,
+    "MiB": 1024**2,
+    "GB": 1000**3,
+    "GiB": 1024**3,
+}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like 1.5s or 400ms")
+    if isinstance(value, int | float):
+        value = f"{value}s"
+    if isinstance(value, str):
+        try:
+            return parse_duration(value, name="duration")
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("duration: ")) from None
+    raise ValueError("a duration is a number of seconds or a string like 1.5s or 400ms")
+
+
+def _size(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and (match := _SIZE.match(value)):
+        return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    raise ValueError("a size is a byte count or a string like 64KiB or 1MiB")
+
+
+Duration = Annotated[int, BeforeValidator(_duration)]
+"""Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
+Size = Annotated[int, BeforeValidator(_size)]
+"""Bytes, written as a count or ``64KiB``, ``1MiB``."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    """Where the gateway listens."""
+
+    host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
+
+
+class UpstreamTimeouts(_Section):
+    """Per-upstream timeouts; the watchdog's two default to the ``watchdog`` section."""
+
+    connect: Duration = Field(5_000_000_000, gt=0, description="TCP (and TLS) connect")
+    first_token: Duration | None = Field(None, gt=0, description="override of the watchdog's")
+    stall: Duration | None = Field(None, gt=0, description="override of the watchdog's")
+    request: Duration = Field(600_000_000_000, gt=0, description="a whole non-streaming request")
+
+
+class UpstreamConfig(_Section):
+    """One provider or engine the gateway forwards to."""
+
+    name: str
+    base_url: str = Field(description="the OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = Field(None, description="environment variable holding its key")
+    models: tuple[str, ...] = Field((), description="models it serves; empty: any model")
+    model_map: dict[str, str] = Field(
+        default_factory=dict, description="gateway model name -> the name this upstream uses"
+    )
+    priority: int = Field(0, description="lower is tried first; ties keep file order")
+    chat_continuation: Literal["vllm", "prefix", "none"] = Field(
+        "vllm", description="how it continues an assistant prefix (failover policy continue)"
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
+    forward_headers: tuple[str, ...] = Field((), description="client headers passed on")
+    timeouts: UpstreamTimeouts = UpstreamTimeouts()
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    def serves(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+    def upstream_model(self, model: str) -> str:
+        return self.model_map.get(model, model)
+
+
+class TenantConfig(_Section):
+    """A team or app: the gateway keys that identify it, what it may use, how it is paced."""
+
+    name: str
+    api_key_env: tuple[str, ...] = Field(
+        (), description="environment variables, each holding one gateway key of this tenant"
+    )
+    models: tuple[str, ...] = Field((), description="models it may use; empty: all")
+    pacer: str | None = Field(None, description="pacer spec for its streams, e.g. leaky")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
+        return value
+
+    @field_validator("pacer")
+    @classmethod
+    def _pacer_spec(cls, value: str | None) -> str | None:
+        return _check_pacer(value)
+
+
+class WatchdogConfig(_Section):
+    """Timeouts measured on upstream bytes that carry tokens (never keepalives or writes)."""
+
+    first_token_timeout: Duration = Field(
+        30_000_000_000, gt=0, description="from request sent to the first token"
+    )
+    stall_timeout: Duration = Field(
+        1_500_000_000, gt=0, description="longest silence between two tokens"
+    )
+
+
+class FailoverConfig(_Section):
+    """What happens when an upstream fails (docs/gateway.md#failover)."""
+
+    policy: Literal["continue", "regenerate", "off"] = Field(
+        "continue", description="mid-stream: continue, regenerate or off"
+    )
+    before_first_token: bool = Field(True, description="retry on the next upstream")
+    max_attempts: int = Field(3, ge=1, le=16, description="upstream attempts per request")
+    retry_statuses: tuple[int, ...] = Field(
+        (408, 429, 500, 502, 503, 504), description="statuses that try the next upstream"
+    )
+
+
+class PacingConfig(_Section):
+    """Pacers by route; tenants and requests may choose their own."""
+
+    default: str | None = Field(None, description="pacer spec for every stream (None: none)")
+    routes: dict[Literal["chat", "completions"], str | None] = Field(
+        default_factory=dict, description="pacer spec per route, over the default"
+    )
+    allow_header: bool = Field(True, description="honour X-Steadystream-Pacer on requests")
+
+    @field_validator("default")
+    @classmethod
+    def _pacer_spec(cls, value: str | None) -> str | None:
+        return _check_pacer(value)
+
+    @field_validator("routes")
+    @classmethod
+    def _route_specs(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for spec in value.values():
+            _check_pacer(spec)
+        return value
+
+
+class RecordingConfig(_Section):
+    """Both-edge timelines of every stream, to rotating JSONL files."""
+
+    enabled: bool = False
+    directory: str = Field("gateway-recordings", description="where the files go")
+    keep_text: bool = Field(False, description="store the answers' text (prompts never)")
+    rotate_streams: int = Field(10_000, ge=1, description="streams per file before a new one")
+    keep_files: int = Field(20, ge=1, description="files kept; older ones are deleted")
+
+
+class LimitsConfig(_Section):
+    """Bounds on what one request may cost."""
+
+    max_body_bytes: Size = Field(1_048_576, ge=1, description="larger request bodies get 413")
+    buffer_bytes: Size = Field(
+        262_144, ge=1024, description="upstream bytes held for a slow client before reading stops"
+    )
+    buffer_events: int = Field(512, ge=1, description="reads held for a slow client")
+    stuck_timeout: Duration = Field(
+        30_000_000_000, gt=0, description="a client that drains nothing this long is cut"
+    )
+    keepalive_interval: Duration = Field(
+        15_000_000_000, gt=0, description="SSE comment while waiting for the first token"
+    )
+    client_send_buffer: Size | None = Field(
+        65_536,
+        ge=4096,
+        description="kernel send buffer of each client connection (None: kernel autotuning)",
+    )
+    max_connections: int = Field(1_000, ge=1, description="open upstream connections in all")
+    pacer_high_watermark: int = Field(50, ge=1, description="tokens a pacer holds before pausing")
+    pacer_low_watermark: int = Field(20, ge=0, description="tokens at which reading resumes")
+
+
+class GatewayConfig(_Section):
+    """The whole configuration file."""
+
+    server: ServerConfig = ServerConfig()
+    upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
+    tenants: tuple[TenantConfig, ...] = Field(
+        (), description="no tenants: the gateway is open (no key needed)"
+    )
+    watchdog: WatchdogConfig = WatchdogConfig()
+    failover: FailoverConfig = FailoverConfig()
+    pacing: PacingConfig = PacingConfig()
+    recording: RecordingConfig = RecordingConfig()
+    limits: LimitsConfig = LimitsConfig()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GatewayConfig:
+        for kind, names in (
+            ("upstreams", [u.name for u in self.upstreams]),
+            ("tenants", [t.name for t in self.tenants]),
+        ):
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ValueError(f"{kind}: the name {name!r} is used twice")
+                seen.add(name)
+        if self.limits.pacer_low_watermark >= self.limits.pacer_high_watermark:
+            raise ValueError("limits: pacer_low_watermark must be below pacer_high_watermark")
+        return self
+
+    def upstreams_in_order(self) -> list[UpstreamConfig]:
+        """By priority, ties in file order."""
+        return sorted(self.upstreams, key=lambda u: u.priority)
+
+
+def _check_pacer(spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    from steadystream.shaping import parse_spec
+
+    try:
+        parse_spec(spec)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+    return spec
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, source: str = "gateway config"
+) -> GatewayConfig:
+    """Validate a mapping (a parsed YAML file); a :class:`ConfigError` names what is wrong."""
+    try:
+        return GatewayConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from exc
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML configuration file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a gateway configuration holds a mapping of keys")
+    return config_from_mapping(data, source=str(path))
+
+
+def config_from_upstreams(
+    urls: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    api_key_env: str | None = None,
+) -> GatewayConfig:
+    """The quick start: these upstreams in priority order, defaults for everything else."""
+    upstreams = [
+        {"name": f"upstream-{i}", "base_url": url, "priority": i, "api_key_env": api_key_env}
+        for i, url in enumerate(urls, start=1)
+    ]
+    return config_from_mapping(
+        {"server": {"host": host, "port": port}, "upstreams": upstreams}, source="--upstream"
+    )
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = []
+    errors = exc.errors()
+    deeper = {tuple(e["loc"][:-1]) for e in errors if len(e["loc"]) > 1}
+    for error in errors:
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "too_short" and any(d[: len(loc)] == error["loc"] for d in deeper):
+            continue  # a list whose items failed: the items' errors say why
+        key = ".".join(loc) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            accepted = _accepted_keys(loc[:-1])
+            lines.append(f"key {key!r}: unknown key (accepted: {', '.join(accepted)})")
+        elif error["type"] == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            lines.append(f"key {key!r}: got {error.get('input')!r} (accepted: {expected})")
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            if error["type"] == "missing":
+                lines.append(f"key {key!r}: required")
+            else:
+                lines.append(f"key {key!r}: {message} (got {error.get('input')!r})")
+    return f"{source}: " + "; ".join(lines)
+
+
+def _accepted_keys(parent: list[str]) -> list[str]:
+    """The keys accepted at ``parent`` (a location inside the file)."""
+    model: type[BaseModel] = GatewayConfig
+    for part in parent:
+        if part.isdigit():
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            break
+        annotation = field.annotation
+        inner = _model_in(annotation)
+        if inner is None:
+            break
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

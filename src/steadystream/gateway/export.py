@@ -1,0 +1,235 @@
+"""Prometheus metrics of the gateway (prefix ``steadystream_``, seconds), in a registry passed in.
+
+Per-stream numbers are observed once, when a stream ends, from the same timelines that are
+recorded (:func:`steadystream.metrics.stream_table`), so ``/metrics`` and the recordings
+agree by construction: every gap goes into ``steadystream_gap_seconds``, and each stream's
+p99 gap and worst gap go into their own histograms, so a fleet's p99-of-p99 is a PromQL
+``histogram_quantile`` over ``steadystream_stream_p99_gap_seconds``.
+
+Histograms that take a whole stream's gaps at once are kept as numpy bucket counts by a
+small collector (one ``searchsorted`` per stream instead of one locked ``observe`` per gap).
+docs/gateway.md#metrics maps each metric to its OpenTelemetry GenAI counterpart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from steadystream.metrics import stream_table
+from steadystream.timeline import Timeline
+
+__all__ = [
+    "CONTENT_TYPE",
+    "GAP_BUCKETS",
+    "GatewayMetrics",
+    "StreamLabels",
+]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+GAP_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.033, 0.035, 0.04, 0.045,
+    0.05, 0.055, 0.06, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.75, 1.0, 1.5,
+    2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+"""Gap bucket bounds (s): fine enough to tell a 33 ms cadence from 50 ms, and 400 ms stalls."""
+TTFT_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0,
+    3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+CANCEL_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+
+StreamLabels = tuple[str, str, str, str]
+"""(model, route, tenant, upstream)"""
+
+_STREAM = ("model", "route", "tenant", "upstream")
+_EDGE = (*_STREAM, "edge")
+_EDGES = ("upstream", "downstream")
+
+
+class _Histogram:
+    """A labelled histogram whose observations may come as arrays."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        if list(buckets) != sorted(buckets) or len(set(buckets)) != len(buckets):
+            raise ValueError(f"{name}: buckets must be strictly increasing")
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = np.array([*buckets, math.inf], dtype=np.float64)
+        self._series: dict[tuple[str, ...], tuple[npt.NDArray[np.int64], list[float]]] = {}
+
+    def observe(self, labels: tuple[str, ...], values: npt.ArrayLike) -> None:
+        array = np.atleast_1d(np.asarray(values, dtype=np.float64))
+        array = array[~np.isnan(array)]
+        if not len(array):
+            return
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = (np.zeros(len(self.bounds), dtype=np.int64), [0.0])
+        counts, total = series
+        # Prometheus buckets are "less than or equal": side="left" puts v == bound in it.
+        counts += np.bincount(
+            np.searchsorted(self.bounds, array, side="left"), minlength=len(self.bounds)
+        )
+        total[0] += float(array.sum())
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        edges = [_format_bound(b) for b in self.bounds]
+        for labels, (counts, total) in self._series.items():
+            cumulative = np.cumsum(counts)
+            family.add_metric(
+                list(labels),
+                [(edge, float(c)) for edge, c in zip(edges, cumulative, strict=True)],
+                total[0],
+            )
+        return family
+
+
+def _format_bound(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+class _Histograms(Collector):
+    def __init__(self, histograms: Sequence[_Histogram]) -> None:
+        self.histograms = histograms
+
+    def collect(self) -> Iterator[Metric]:
+        for histogram in self.histograms:
+            yield histogram.collect()
+
+
+class GatewayMetrics:
+    """Every gateway series, registered in ``registry`` (never the global one)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        h = _Histogram
+        self.gap = h(
+            "steadystream_gap_seconds", "Every inter-token gap of every stream.", _EDGE, GAP_BUCKETS
+        )
+        self.stream_p99_gap = h(
+            "steadystream_stream_p99_gap_seconds",
+            "Each stream's p99 inter-token gap, observed once at its end.",
+            _EDGE,
+            GAP_BUCKETS,
+        )
+        self.stream_max_gap = h(
+            "steadystream_stream_max_gap_seconds",
+            "Each stream's worst inter-token gap, observed once at its end.",
+            _EDGE,
+            GAP_BUCKETS,
+        )
+        self.ttft = h(
+            "steadystream_ttft_seconds", "Time to first token, from request receipt.", _EDGE,
+            TTFT_BUCKETS,
+        )  # fmt: skip
+        self.ttfb = h(
+            "steadystream_ttfb_seconds", "Time to the first body byte, from request receipt.",
+            _EDGE, TTFT_BUCKETS,
+        )  # fmt: skip
+        self.duration = h(
+            "steadystream_request_duration_seconds",
+            "Request receipt to the end of the response.",
+            _STREAM,
+            DURATION_BUCKETS,
+        )
+        self.output_tokens = h(
+            "steadystream_output_tokens", "Output tokens per stream.", _STREAM, TOKEN_BUCKETS
+        )
+        self.cancel_latency = h(
+            "steadystream_cancel_latency_seconds",
+            "Client disconnect noticed to upstream response closed.",
+            ("route",),
+            CANCEL_BUCKETS,
+        )
+        self.buffer_peak = h(
+            "steadystream_stream_buffer_peak_bytes",
+            "Most bytes one stream held between upstream and client.",
+            ("route",),
+            BYTES_BUCKETS,
+        )
+        registry.register(
+            _Histograms(
+                [
+                    self.gap,
+                    self.stream_p99_gap,
+                    self.stream_max_gap,
+                    self.ttft,
+                    self.ttfb,
+                    self.duration,
+                    self.output_tokens,
+                    self.cancel_latency,
+                    self.buffer_peak,
+                ]
+            )
+        )
+        self.streams = Counter(
+            "steadystream_streams", "Requests by how they ended.", [*_STREAM, "outcome"],
+            registry=registry,
+        )  # fmt: skip
+        self.stalls = Counter(
+            "steadystream_stalls", "Watchdog timeouts.", [*_STREAM, "kind"], registry=registry
+        )
+        self.failovers = Counter(
+            "steadystream_failovers",
+            "Failovers by kind (retry, continue, regenerate, off) and result.",
+            [*_STREAM, "kind", "result"],
+            registry=registry,
+        )
+        self.cancellations = Counter(
+            "steadystream_cancellations", "Client disconnects mid-request.", _STREAM,
+            registry=registry,
+        )  # fmt: skip
+        self.client_stuck = Counter(
+            "steadystream_client_stuck_cuts", "Clients cut for not reading.", _STREAM,
+            registry=registry,
+        )  # fmt: skip
+        self.errors = Counter(
+            "steadystream_errors", "Errors returned or sent in-band, by kind.",
+            ["route", "tenant", "kind"], registry=registry,
+        )  # fmt: skip
+        self.active = Gauge(
+            "steadystream_active_streams", "Requests in flight.", ["route"], registry=registry
+        )
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def observe_stream(
+        self,
+        labels: StreamLabels,
+        timelines: Sequence[Timeline],
+        *,
+        duration_s: float,
+    ) -> None:
+        """One finished stream: ``timelines`` are its (upstream, downstream) edges."""
+        table = stream_table(timelines)
+        starts = np.concatenate([[0], np.cumsum(table.gap_counts)])
+        for index, edge in enumerate(_EDGES[: len(timelines)]):
+            key = (*labels, edge)
+            self.gap.observe(key, table.gap_values_s[starts[index] : starts[index + 1]])
+            columns = table.columns
+            self.stream_p99_gap.observe(key, columns["gap_p99_s"][index])
+            self.stream_max_gap.observe(key, columns["max_gap_s"][index])
+            self.ttft.observe(key, columns["ttft_s"][index])
+            self.ttfb.observe(key, columns["ttfb_s"][index])
+        self.duration.observe(labels, duration_s)
+        downstream = len(timelines) - 1
+        self.output_tokens.observe(labels, table.columns["output_tokens"][downstream])

@@ -1,0 +1,203 @@
+"""What a client asked for: the request body checked field by field, and errors in OpenAI's shape.
+
+The body is kept as the client sent it (unknown fields go upstream untouched, as providers add
+them all the time); only the fields the gateway acts on are checked, and a bad one gets a 400
+whose ``param`` names it, as OpenAI's own API does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import orjson
+from starlette.responses import Response
+
+from steadystream.protocol.openai import error_payload
+
+__all__ = [
+    "ApiError",
+    "ProxyRequest",
+    "Route",
+    "error_response",
+    "new_request_id",
+    "parse_request",
+]
+
+Route: TypeAlias = Literal["chat", "completions"]
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+class ApiError(Exception):
+    """A request the gateway refuses or cannot serve; becomes an OpenAI-style error body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.type = type
+        self.code = code
+
+    def payload(self) -> dict[str, Any]:
+        return error_payload(self.message, type=self.type, code=self.code, param=self.param)
+
+    def response(self, headers: dict[str, str] | None = None) -> Response:
+        return error_response(
+            self.status, self.message, self.param, self.type, self.code, headers=headers
+        )
+
+
+def error_response(
+    status: int,
+    message: str,
+    param: str | None = None,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def new_request_id() -> str:
+    return f"gw-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyRequest:
+    """A checked client request."""
+
+    route: Route
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    choices: int = 1
+
+    @property
+    def chat(self) -> bool:
+        return self.route == "chat"
+
+    @property
+    def max_tokens(self) -> int | None:
+        body = self.body
+        limit = body.get("max_completion_tokens") if self.chat else None
+        return limit if limit is not None else body.get("max_tokens")
+
+    @property
+    def prompt_is_text(self) -> bool:
+        """A completion prompt that text can be appended to (one string)."""
+        prompt = self.body.get("prompt")
+        return isinstance(prompt, str) or (
+            isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str)
+        )
+
+
+def parse_request(raw: bytes, route: Route) -> ProxyRequest:
+    """Parse and check a request body; :class:`ApiError` (400) names the offending field."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "model: required, a non-empty string", param="model")
+    if route == "chat":
+        _check_messages(body.get("messages"))
+    else:
+        _check_prompt(body.get("prompt"))
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream: must be true or false", param="stream")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if not _is_int(n) or n < 1:
+        raise ApiError(400, "n: must be an integer of at least 1", param="n")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ApiError(400, f"{name}: must be an integer of at least 1", param=name)
+    _check_number(body, "temperature", 0.0, 2.0, low_open=False)
+    _check_number(body, "top_p", 0.0, 1.0, low_open=True)
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise ApiError(400, "stream_options: must be an object", param="stream_options")
+        usage = options.get("include_usage")
+        if usage is not None and not isinstance(usage, bool):
+            raise ApiError(
+                400,
+                "stream_options.include_usage: must be true or false",
+                param="stream_options.include_usage",
+            )
+    return ProxyRequest(route, body, model, stream, n)
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages: required, a non-empty list of messages", param="messages")
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"{where}: must be an object", param=where)
+        role = message.get("role")
+        if role not in _ROLES:
+            raise ApiError(
+                400,
+                f"{where}.role: got {role!r} (accepted: {', '.join(sorted(_ROLES))})",
+                param=f"{where}.role",
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise ApiError(
+                400,
+                f"{where}.content: must be a string, a list of parts or null",
+                param=f"{where}.content",
+            )
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt) or all(_is_int(p) for p in prompt):
+            return
+        if all(isinstance(p, list) and all(_is_int(t) for t in p) for p in prompt):
+            return
+    raise ApiError(
+        400,
+        "prompt: required, a string, a list of strings, or token ids",
+        param="prompt",
+    )
+
+
+def _check_number(
+    body: dict[str, Any], name: str, low: float, high: float, *, low_open: bool
+) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or value > high or value < low or (low_open and value == low):
+        bound = f"above {low:g}" if low_open else f"at least {low:g}"
+        raise ApiError(400, f"{name}: must be a number {bound} and at most {high:g}", param=name)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,171 @@
+"""The client side of a stream: take from the buffer, write to the client, stamp each write.
+
+Two writers. :func:`write_raw` sends the upstream's bytes as they came (the relay already cut
+them at event boundaries): no parse, no copy, one ASGI send per upstream read.
+:func:`write_paced` runs the events through the shaping package's live driver
+(:func:`steadystream.shaping.pace`) and re-encodes the paced text; events a pacer does not
+hold (role, tool calls, finish, usage, keepalives, errors) keep their original bytes.
+
+Every write is stamped right after the server took it: that is the ``gateway-downstream``
+time of the events in it. Each write is also reported to the stuck-client rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, NamedTuple
+
+from starlette.types import Send
+
+from steadystream._types import Event, EventKind
+from steadystream.gateway.events import ChunkFormat, Piece
+from steadystream.protocol.sse import DONE
+from steadystream.shaping import pace
+from steadystream.shaping.base import is_paced
+from steadystream.timeline import estimate_tokens
+
+if TYPE_CHECKING:
+    from steadystream.gateway.relay import StreamRelay
+
+__all__ = ["Out", "RawOutlet", "write_paced", "write_raw"]
+
+_PACED_KINDS = (EventKind.CONTENT, EventKind.REASONING)
+
+
+class Out(NamedTuple):
+    """What the reader hands the writer: bytes to send and the events they hold."""
+
+    data: bytes
+    pieces: list[Piece]
+
+
+class RawOutlet:
+    """Sends the upstream's bytes to the client, one read at a time, and stamps each send.
+
+    The writer task delivers what the buffer holds. The reader delivers a read itself when
+    nothing is queued or being sent and the client's connection has nothing left unsent
+    (:attr:`open`): such a send cannot wait for the client, and skipping the hop through
+    the writer task sends each event right after its read instead of after the whole burst
+    of reads the event loop is working through (a step of a batching engine writes every
+    stream at once). ``busy`` keeps the two from sending at the same time.
+    """
+
+    __slots__ = ("_clock", "_log", "_received", "_relay", "_send", "_stuck", "busy", "transport")
+
+    def __init__(
+        self, relay: StreamRelay, send: Send, transport: asyncio.WriteTransport | None
+    ) -> None:
+        self._relay = relay
+        self.transport = transport
+        self._send = send
+        self._clock = relay.clock
+        self._stuck = relay.stuck
+        self._log = relay.record.downstream
+        self._received = relay.record.received_ns
+        self.busy = False
+
+    @property
+    def open(self) -> bool:
+        """A send now would neither queue behind another nor wait for the client."""
+        transport = self.transport
+        return transport is not None and not self.busy and transport.get_write_buffer_size() == 0
+
+    async def deliver(self, out: Out) -> int:
+        """Send ``out``; returns the clock reading right after the server took it."""
+        clock = self._clock
+        self.busy = True
+        try:
+            self._stuck.sending(clock.now_ns())
+            await self._send({"type": "http.response.body", "body": out.data, "more_body": True})
+            now = clock.now_ns()
+        finally:
+            self.busy = False
+        self._stuck.sent()
+        t = now - self._received
+        log = self._log
+        if log.first_byte_ns is None:
+            log.first_byte_ns = t
+        for piece in out.pieces:
+            log.add(t, piece)
+        if out.pieces[-1].kind is None:
+            # [DONE] went out: the answer is whole, whatever the client does next.
+            self._relay.answered = True
+        return now
+
+
+async def write_raw(relay: StreamRelay, send: Send) -> None:
+    """Forward the buffer's bytes unchanged."""
+    buffer = relay.buffer
+    outlet = relay.outlet
+    assert outlet is not None
+    while (out := await buffer.get()) is not None:
+        await outlet.deliver(out)
+
+
+async def write_paced(relay: StreamRelay, send: Send) -> None:
+    """Release text as the stream's pacer says; everything else in order, unchanged."""
+    pacer = relay.pacer
+    assert pacer is not None
+    limits = relay.state.config.limits
+    clock = relay.clock
+    stuck = relay.stuck
+    log = relay.record.downstream
+    received = relay.record.received_ns
+    chunks = ChunkFormat(chat=relay.request.chat)
+    held: deque[Piece] = deque()  # pieces the pacer passes through, in their order
+    events = _events(relay, chunks, held)
+    async for event in pace(
+        events,
+        pacer,
+        clock,
+        high_watermark=limits.pacer_high_watermark,
+        low_watermark=limits.pacer_low_watermark,
+    ):
+        if is_paced(event):
+            chunks.envelope = relay.envelope
+            raw = chunks.text(event.kind, event.text)
+            piece = Piece(event.kind, event.text, raw, len(raw))
+        else:
+            piece = held.popleft()
+            if not piece.raw:
+                continue
+        stuck.sending(clock.now_ns())
+        await send({"type": "http.response.body", "body": piece.raw, "more_body": True})
+        t = clock.now_ns() - received
+        stuck.sent()
+        if log.first_byte_ns is None:
+            log.first_byte_ns = t
+        log.add(t, piece)
+        if piece.kind is None or piece.raw.endswith(DONE):
+            relay.answered = True  # the answer is whole, whatever the client does next
+
+
+async def _events(
+    relay: StreamRelay, chunks: ChunkFormat, held: deque[Piece]
+) -> AsyncIterator[Event]:
+    """The buffer's pieces as events for the pacer: text is paced, the rest passes through."""
+    buffer = relay.buffer
+    clock = relay.clock
+    last_usage = 0
+    while (out := await buffer.get()) is not None:
+        now = clock.now_ns()
+        for piece in out.pieces:
+            kind = piece.kind
+            if kind in _PACED_KINDS and piece.text:
+                if piece.usage >= 0:
+                    tokens = max(1, piece.usage - last_usage)
+                    last_usage = piece.usage
+                else:
+                    tokens = estimate_tokens(piece.text)
+                yield Event(now, piece.text, tokens, kind, piece.wire)
+                if piece.finish is None and piece.usage < 0:
+                    continue
+                # The finish reason (or usage) of the chunk goes out after its paced text.
+                rest = ChunkFormat.without_text(piece)
+                piece = piece._replace(kind=EventKind.EMPTY, text="", raw=rest)
+            elif kind is EventKind.ROLE:
+                chunks.role_seen()
+            held.append(piece)
+            yield Event(now, "", 0, piece.kind or EventKind.EMPTY)

@@ -1,0 +1,179 @@
+"""Upstream bytes as events: cut at boundaries, bytes untouched, fallback rewriting."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from steadystream import EventKind
+from steadystream.gateway.events import ChunkFormat, EventCutter, FallbackRewriter, Piece
+from steadystream.gateway.failover import Cause, PrefixMatcher
+from steadystream.protocol import DONE, SseDecoder, chat_chunk, encode_chunk, parse_chunk
+from tests.protocol.conftest import cut
+
+
+def chat_stream(texts: list[str], *, id: str = "c1", model: str = "m") -> bytes:
+    body = encode_chunk(chat_chunk(id, model, 1, role="assistant", content=""))
+    body += b"".join(encode_chunk(chat_chunk(id, model, 1, content=t)) for t in texts)
+    body += encode_chunk(chat_chunk(id, model, 1, finish_reason="stop"))
+    return body + DONE
+
+
+BODY = b": ping\n\n" + chat_stream(["Hel", "lo", " wor", "ld"])
+
+
+def feed_all(reads: list[bytes]) -> tuple[bytes, list[Piece], bool]:
+    cutter = EventCutter()
+    forwarded = b""
+    pieces: list[Piece] = []
+    done = False
+    for read in reads:
+        result = cutter.feed(read)
+        assert result.failure is None
+        forwarded += result.data
+        pieces += result.pieces
+        assert b"".join(p.raw for p in result.pieces) == result.data
+        done = done or result.done
+    return forwarded, pieces, done
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
+def test_bytes_go_out_unchanged_and_only_whole_events(cuts: list[int]) -> None:
+    reads = cut(BODY, cuts)
+    forwarded = b""
+    cutter = EventCutter()
+    for read in reads:
+        result = cutter.feed(read)
+        forwarded += result.data
+        # Whatever has gone out so far decodes to whole events: nothing is left mid-event.
+        decoder = SseDecoder()
+        decoder.feed(forwarded)
+        assert not decoder.in_event
+    assert forwarded == BODY
+
+
+def test_what_each_event_is() -> None:
+    _forwarded, pieces, done = feed_all([BODY])
+    assert done
+    kinds = [p.kind for p in pieces]
+    assert kinds == [
+        EventKind.KEEPALIVE,
+        EventKind.ROLE,
+        *[EventKind.CONTENT] * 4,
+        EventKind.EMPTY,
+        None,  # [DONE]
+    ]
+    assert "".join(p.text for p in pieces) == "Hello world"
+    assert pieces[-2].finish == "stop"
+    assert sum(p.wire for p in pieces) == len(BODY)
+
+
+def test_an_error_event_is_not_forwarded_and_ends_the_attempt() -> None:
+    error = b'data: {"error": {"message": "engine died"}}\n\n'
+    body = chat_stream(["a", "b"])[: -len(DONE)]
+    cutter = EventCutter()
+    result = cutter.feed(body[:200] + b"")
+    rest = cutter.feed(body[200:] + error + DONE)
+    assert result.failure is None
+    assert rest.failure is not None
+    assert rest.failure.cause is Cause.UPSTREAM_ERROR
+    assert rest.failure.message == "engine died"
+    assert (result.data + rest.data) == body  # everything before the error, nothing of it
+    assert not rest.done
+
+
+def test_a_payload_that_is_not_a_chunk_is_a_failure() -> None:
+    result = EventCutter().feed(b"data: {not json\n\n")
+    assert result.failure is not None
+    assert result.failure.cause is Cause.BAD_PAYLOAD
+    assert result.data == b""
+
+
+def test_why_a_body_ended_early() -> None:
+    cutter = EventCutter()
+    cutter.feed(b'data: {"choi')
+    assert "mid-event" in cutter.error_at_end()
+    assert "without [DONE]" in EventCutter().error_at_end()
+
+
+def test_the_first_chunk_gives_the_envelope() -> None:
+    cutter = EventCutter()
+    cutter.feed(chat_stream(["x"], id="chatcmpl-9", model="big"))
+    assert cutter.envelope == {"id": "chatcmpl-9", "created": 1, "model": "big"}
+
+
+def fallback_pieces(texts: list[str]) -> list[Piece]:
+    _, pieces, _ = feed_all([chat_stream(texts, id="other", model="fallback")])
+    return pieces
+
+
+def relayed(rewriter: FallbackRewriter, pieces: list[Piece]) -> list[Piece]:
+    out = []
+    for piece in pieces:
+        rewritten = rewriter.rewrite(piece)
+        if rewritten is not None:
+            out.append(rewritten)
+    return out
+
+
+def test_a_continuation_keeps_the_stream_identity_and_drops_a_second_role() -> None:
+    envelope = {"id": "first", "created": 7, "model": "m"}
+    rewriter = FallbackRewriter(envelope, role_sent=True, matcher=None)
+    out = relayed(rewriter, fallback_pieces([" more", " text"]))
+    assert [p.kind for p in out] == [EventKind.CONTENT, EventKind.CONTENT, EventKind.EMPTY, None]
+    for piece in out[:-1]:
+        payload = orjson.loads(piece.raw.removeprefix(b"data: "))
+        assert (payload["id"], payload["created"], payload["model"]) == ("first", 7, "m")
+    assert "".join(p.text for p in out) == " more text"
+
+
+def test_regenerate_relays_only_what_follows_the_delivered_prefix() -> None:
+    rewriter = FallbackRewriter({"id": "first"}, role_sent=True, matcher=PrefixMatcher("Hello wo"))
+    out = relayed(rewriter, fallback_pieces(["Hel", "lo", " wor", "ld", "!"]))
+    assert not rewriter.diverged
+    texts = [parse_chunk(p.raw.removeprefix(b"data: ").strip()).text for p in out[:-1]]
+    assert "".join(texts) == "rld!"
+    assert out[-1].kind is None
+
+
+def test_regenerate_diverging_or_shorter_is_caught() -> None:
+    diverging = FallbackRewriter(None, role_sent=True, matcher=PrefixMatcher("Hello"))
+    assert relayed(diverging, fallback_pieces(["Help", " me"])) == []
+    assert diverging.diverged
+    shorter = FallbackRewriter(None, role_sent=True, matcher=PrefixMatcher("Hello world"))
+    relayed(shorter, fallback_pieces(["Hello"]))
+    assert shorter.diverged
+
+
+def test_the_gateways_own_events() -> None:
+    chunks = ChunkFormat(chat=True, envelope={"id": "x", "model": "m", "created": 3})
+    first = orjson.loads(chunks.text(EventKind.CONTENT, "Hi").removeprefix(b"data: "))
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "Hi"}
+    second = orjson.loads(chunks.text(EventKind.REASONING, "hm").removeprefix(b"data: "))
+    assert second["choices"][0]["delta"] == {"reasoning_content": "hm"}
+    error = ChunkFormat.error("upstream died", "upstream_reset")
+    assert error.endswith(DONE)
+    assert parse_chunk(error.split(b"\n\n")[0].removeprefix(b"data: ")).error == "upstream died"
+    completion = ChunkFormat(chat=False, envelope={"id": "x"})
+    assert (
+        parse_chunk(completion.text(EventKind.CONTENT, "ok").removeprefix(b"data: ")).text == "ok"
+    )
+
+
+def test_without_text_keeps_the_finish_reason() -> None:
+    payload = orjson.dumps(chat_chunk("x", "m", 1, content="end", finish_reason="length")).decode()
+    piece = Piece(EventKind.CONTENT, "end", b"", 0, -1, "length", payload)
+    rest = parse_chunk(ChunkFormat.without_text(piece).removeprefix(b"data: "))
+    assert rest.text == ""
+    assert rest.finish_reason == "length"
+
+
+@pytest.mark.parametrize("split", [1, 7, 30])
+def test_keepalive_comments_and_unknown_events_are_keepalives(split: int) -> None:
+    body = b": hello\n\nevent: ping\ndata: x\n\n" + DONE
+    _, pieces, done = feed_all(cut(body, [split]))
+    assert [p.kind for p in pieces] == [EventKind.KEEPALIVE, EventKind.KEEPALIVE, None]
+    assert done

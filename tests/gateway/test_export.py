@@ -1,0 +1,65 @@
+"""Prometheus metrics: buckets, bulk observation, per-stream numbers from the timelines."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from steadystream import Where
+from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics, _Histogram
+from steadystream.metrics import stream_metrics
+from tests.conftest import make_timeline
+
+
+def samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = metrics.exposition().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_buckets_tell_33ms_from_50ms_from_400ms() -> None:
+    for bound in (0.033, 0.05, 0.4):
+        assert bound in GAP_BUCKETS
+
+
+def test_a_value_on_a_bound_goes_into_that_bucket_as_prometheus_does() -> None:
+    histogram = _Histogram("h", "doc", ("x",), (0.01, 0.05))
+    histogram.observe(("a",), [0.01, 0.02, 0.05, 0.2, float("nan")])
+    family = histogram.collect()
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
+    assert buckets == {"0.01": 1.0, "0.05": 3.0, "+Inf": 4.0}
+    count = next(s.value for s in family.samples if s.name == "h_count")
+    assert count == 4.0
+    with pytest.raises(ValueError, match="increasing"):
+        _Histogram("h", "doc", (), (0.5, 0.1))
+
+
+def test_one_stream_observed_at_both_edges() -> None:
+    metrics = GatewayMetrics(CollectorRegistry())
+    up = make_timeline([100, 133, 166, 566], where=Where.GATEWAY_UPSTREAM)
+    down = make_timeline([101, 134, 167, 567], where=Where.GATEWAY_DOWNSTREAM)
+    metrics.observe_stream(("m", "chat", "t", "lab"), (up, down), duration_s=0.6)
+    got = samples(metrics)
+    labels = {"model": "m", "route": "chat", "tenant": "t", "upstream": "lab"}
+
+    def value(name: str, **extra: str) -> float:
+        return got[(name, frozenset({**labels, **extra}.items()))]
+
+    for edge in ("upstream", "downstream"):
+        assert value("steadystream_gap_seconds_count", edge=edge) == 3
+        assert value("steadystream_stream_max_gap_seconds_count", edge=edge) == 1
+        assert value("steadystream_gap_seconds_bucket", edge=edge, le="0.035") == 2  # 33 ms
+        assert value("steadystream_gap_seconds_bucket", edge=edge, le="0.35") == 2
+        assert value("steadystream_gap_seconds_bucket", edge=edge, le="0.4") == 3  # 400 ms
+    max_gap = stream_metrics(down).max_gap_s
+    assert max_gap is not None
+    assert value("steadystream_stream_max_gap_seconds_sum", edge="downstream") == pytest.approx(
+        max_gap
+    )
+    assert value("steadystream_ttft_seconds_sum", edge="upstream") == pytest.approx(0.1)
+    assert value("steadystream_request_duration_seconds_count") == 1
+    assert value("steadystream_output_tokens_sum") == 4

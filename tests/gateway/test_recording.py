@@ -1,0 +1,77 @@
+"""Both-edge logs as timelines, and rotating JSONL files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from steadystream import EventKind, Outcome, TokenSource, Where
+from steadystream.files import read_timelines
+from steadystream.gateway.events import Piece
+from steadystream.gateway.recording import StreamRecord, TimelineRecorder
+
+MS = 1_000_000
+
+
+def piece(kind: EventKind | None, text: str = "", usage: int = -1) -> Piece:
+    return Piece(kind, text, b"data: x\n\n", 9, usage)
+
+
+def test_both_edges_share_the_origin_and_the_request_id() -> None:
+    record = StreamRecord("req-1", received_ns=1_000 * MS, labels={"model": "m", "route": "chat"})
+    events = [piece(EventKind.ROLE), piece(EventKind.CONTENT, "Hi"), piece(EventKind.CONTENT, "!")]
+    for offset, p in zip((1_010, 1_010, 1_035), events, strict=True):
+        record.upstream.add(offset * MS - record.received_ns, p)
+        record.downstream.add((offset + 2) * MS - record.received_ns, p)
+    record.upstream.add(40 * MS, piece(None))  # [DONE]: the end marker, not an event
+    record.attempts.append({"upstream": "lab"})
+    up, down = record.timelines(1_050 * MS, keep_text=False)
+    assert (up.where, down.where) == (Where.GATEWAY_UPSTREAM, Where.GATEWAY_DOWNSTREAM)
+    assert up.stream_id == down.stream_id == "req-1"
+    assert list(up.times) == [10 * MS, 10 * MS, 35 * MS]
+    assert list(down.times - up.times) == [2 * MS] * 3  # the gateway's own contribution
+    assert up.end_ns == 50 * MS
+    assert up.texts is None  # no text unless configured
+    assert up.total_tokens == 2
+    assert up.meta["attempts"] == [{"upstream": "lab"}]
+
+
+def test_running_usage_gives_exact_tokens_with_one_attempt() -> None:
+    record = StreamRecord("r", 0, {})
+    record.attempts.append({})
+    record.upstream.add(1, piece(EventKind.CONTENT, "ab", usage=2))
+    record.upstream.add(2, piece(EventKind.CONTENT, "c", usage=3))
+    up, _ = record.timelines(3, keep_text=True)
+    assert up.token_source is TokenSource.EXACT
+    assert list(up.tokens) == [2, 1]
+    assert up.texts == ["ab", "c"]
+
+
+def test_a_failover_is_annotated_on_the_gap_it_ends() -> None:
+    record = StreamRecord("r", 0, {})
+    record.downstream.add(1, piece(EventKind.CONTENT, "a"))
+    record.downstream.mark_next("stall:continue:b")
+    record.downstream.add(9, piece(EventKind.CONTENT, "b"))
+    record.outcome = Outcome.FAILED_OVER
+    _, down = record.timelines(10, keep_text=False)
+    assert down.annotations["failover"] == [None, "stall:continue:b"]
+    assert down.outcome is Outcome.FAILED_OVER
+
+
+def test_files_rotate_and_old_ones_go(tmp_path: Path) -> None:
+    recorder = TimelineRecorder(tmp_path, rotate_streams=2, keep_files=2)
+    for i in range(5):
+        record = StreamRecord(f"r{i}", 0, {"route": "chat"})
+        record.downstream.add(1, piece(EventKind.CONTENT, "secret answer"))
+        recorder.write(record.timelines(2, keep_text=False))
+    recorder.close()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2  # 3 were written, the oldest deleted
+    assert files == sorted(recorder.files)
+    loaded = [t for f in files for t in read_timelines(f).timelines]
+    assert sorted({t.stream_id for t in loaded}) == ["r2", "r3", "r4"]
+    assert all(t.texts is None for t in loaded)
+    assert not any(b"secret answer" in f.read_bytes() for f in files)
+    downstream = [t for t in loaded if t.where is Where.GATEWAY_DOWNSTREAM]
+    assert all(np.array_equal(t.times, [1]) for t in downstream)

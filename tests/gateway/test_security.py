@@ -1,0 +1,172 @@
+"""Keys, tenants and limits; an upstream key never appears anywhere but its Authorization header."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+
+from steadystream.gateway import GatewayServer, TimelineRecorder
+from steadystream.lab import LabServer
+from tests.gateway.conftest import chat_body, gateway_config, get, post, upstream
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"WEB_KEY": "gw-web-123", "BATCH_KEY": "gw-batch-456"}
+SECRET = "sk-upstream-very-secret-0042"
+
+
+@pytest.fixture(scope="module")
+def tenants_gateway() -> Iterator[GatewayServer]:
+    with LabServer("steady") as lab:
+        config = gateway_config(
+            upstream(lab, "lab"),
+            tenants=[
+                {"name": "web", "api_key_env": ["WEB_KEY"], "models": ["lab"]},
+                {"name": "batch", "api_key_env": ["BATCH_KEY"], "models": ["other"]},
+            ],
+            limits={"max_body_bytes": "2KiB"},
+        )
+        with GatewayServer(config, env=KEYS) as gateway:
+            yield gateway
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "missing_api_key"),
+        (bearer("gw-wrong"), 401, "invalid_api_key"),
+        (bearer("gw-batch-456"), 403, "model_not_allowed"),
+    ],
+)
+def test_keys_and_models(
+    tenants_gateway: GatewayServer, headers: dict[str, str], status: int, code: str
+) -> None:
+    answer = post(tenants_gateway.base_url, "/chat/completions", chat_body(3), headers)
+    assert answer.status == status
+    assert answer.json()["error"]["code"] == code
+
+
+def test_a_known_key_is_served(tenants_gateway: GatewayServer) -> None:
+    served = post(tenants_gateway.base_url, "/chat/completions", chat_body(3), bearer("gw-web-123"))
+    assert served.status == 200
+    assert served.done
+    status, models = get(tenants_gateway.url, "/v1/models", bearer("gw-batch-456"))
+    assert status == 200
+    assert orjson.loads(models)["data"] == []  # batch may use no model the gateway serves
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        (orjson.dumps({"model": "lab"}), 400, "messages"),
+        (orjson.dumps({**chat_body(3), "max_tokens": -1}), 400, "max_tokens"),
+        (orjson.dumps({**chat_body(3), "padding": "x" * 4096}), 413, None),
+        (orjson.dumps({**chat_body(3), "model": "unknown"}), 403, None),
+    ],
+)
+def test_bad_input(
+    tenants_gateway: GatewayServer, body: bytes, status: int, param: str | None
+) -> None:
+    answer = post(tenants_gateway.base_url, "/chat/completions", body, bearer("gw-web-123"))
+    assert answer.status == status
+    error = answer.json()["error"]
+    assert error["param"] == param
+    assert error["message"]
+
+
+def test_a_bad_pacer_header_is_400(tenants_gateway: GatewayServer) -> None:
+    answer = post(
+        tenants_gateway.base_url,
+        "/chat/completions",
+        chat_body(3),
+        {**bearer("gw-web-123"), "X-Steadystream-Pacer": "wobbly"},
+    )
+    assert answer.status == 400
+    assert answer.json()["error"]["param"] == "X-Steadystream-Pacer"
+    assert "leaky" in answer.json()["error"]["message"]  # the accepted pacers are listed
+
+
+class EchoingUpstream:
+    """An upstream that checks its key, then fails in the worst way: echoing the key back."""
+
+    def __init__(self) -> None:
+        self.seen_keys: list[str] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        key = request.headers.get("Authorization", "")
+        self.seen_keys.append(key)
+        message = f"Incorrect API key provided: {key.removeprefix('Bearer ')}"
+        return web.json_response({"error": {"message": message}}, status=401)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> EchoingUpstream:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def test_the_upstream_key_never_leaks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    recorder = TimelineRecorder(tmp_path)
+    with EchoingUpstream() as echo:
+        config = gateway_config(
+            {
+                "name": "echo",
+                "base_url": f"http://127.0.0.1:{echo.port}/v1",
+                "api_key_env": "UPSTREAM_KEY",
+            }
+        )
+        with GatewayServer(config, recorder=recorder, env={"UPSTREAM_KEY": SECRET}) as gateway:
+            refused = post(gateway.base_url, "/chat/completions", chat_body(3))
+            streamed = post(gateway.base_url, "/chat/completions", chat_body(3, stream=False))
+            _, metrics = get(gateway.url, "/metrics")
+        recorder.close()
+    assert echo.seen_keys == [f"Bearer {SECRET}"] * 2  # it did reach the upstream
+    assert refused.status == 401  # the upstream's status passes through...
+    assert "Incorrect API key provided: ***" in refused.json()["error"]["message"]
+    assert streamed.status == 401
+    places = {
+        "error responses": refused.body + streamed.body,
+        "metrics": metrics,
+        "logs": caplog.text.encode(),
+        "recordings": b"".join(path.read_bytes() for path in tmp_path.iterdir()),
+    }
+    assert places["recordings"]  # the streams were recorded
+    assert "Incorrect API key provided: ***" in caplog.text  # and the refusals logged
+    for where, data in places.items():
+        assert SECRET.encode() not in data, where

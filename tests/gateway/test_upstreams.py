@@ -1,0 +1,74 @@
+"""Upstream request bodies (continuations) and keys that never leak."""
+
+from __future__ import annotations
+
+import orjson
+
+from steadystream.gateway.config import UpstreamConfig, config_from_mapping
+from steadystream.gateway.failover import Action, Progress
+from steadystream.gateway.requests import parse_request
+from steadystream.gateway.upstreams import UpstreamPool, build_body
+
+MESSAGES = [{"role": "user", "content": "Tell me"}]
+
+
+def progress(*texts: str) -> Progress:
+    done = Progress()
+    for text in texts:
+        done.commit(__import__("steadystream").EventKind.CONTENT, text)
+    return done
+
+
+def test_chat_continuation_with_vllm_flags() -> None:
+    request = parse_request(
+        orjson.dumps({"model": "m", "messages": MESSAGES, "stream": True, "max_tokens": 20}), "chat"
+    )
+    upstream = UpstreamConfig(name="b", base_url="http://h/v1", model_map={"m": "served-m"})
+    body = build_body(request, upstream, Action.CONTINUE, progress("Once", " upon"))
+    assert body["messages"] == [*MESSAGES, {"role": "assistant", "content": "Once upon"}]
+    assert body["continue_final_message"] is True
+    assert body["add_generation_prompt"] is False
+    assert body["max_tokens"] == 18  # two tokens already delivered
+    assert body["model"] == "served-m"
+    assert request.body["messages"] == MESSAGES  # the client's body is not changed
+
+
+def test_chat_continuation_prefix_style() -> None:
+    request = parse_request(orjson.dumps({"model": "m", "messages": MESSAGES}), "chat")
+    upstream = UpstreamConfig(name="b", base_url="http://h/v1", chat_continuation="prefix")
+    body = build_body(request, upstream, Action.CONTINUE, progress("Hi"))
+    assert body["messages"][-1] == {"role": "assistant", "content": "Hi", "prefix": True}
+    assert "continue_final_message" not in body
+
+
+def test_completion_continuation_appends_to_the_prompt() -> None:
+    request = parse_request(
+        orjson.dumps({"model": "m", "prompt": "Q:", "max_tokens": 5}), "completions"
+    )
+    upstream = UpstreamConfig(name="b", base_url="http://h/v1")
+    body = build_body(request, upstream, Action.CONTINUE, progress(" A", " B", " C", " D", " E"))
+    assert body["prompt"] == "Q: A B C D E"
+    assert body["max_tokens"] == 1  # never below one
+    listed = parse_request(orjson.dumps({"model": "m", "prompt": ["Q:"]}), "completions")
+    assert build_body(listed, upstream, Action.CONTINUE, progress("x"))["prompt"] == ["Q:x"]
+
+
+def test_retry_and_regenerate_send_the_original_request() -> None:
+    request = parse_request(orjson.dumps({"model": "m", "messages": MESSAGES}), "chat")
+    upstream = UpstreamConfig(name="b", base_url="http://h/v1")
+    for action in (Action.RETRY, Action.REGENERATE):
+        assert build_body(request, upstream, action, progress("x")) == request.body
+
+
+def test_keys_are_redacted_and_never_in_repr() -> None:
+    cfg = config_from_mapping(
+        {"upstreams": [{"name": "a", "base_url": "http://h/v1", "api_key_env": "A_KEY"}]}
+    )
+    pool = UpstreamPool(cfg, None, {"A_KEY": "sk-very-secret"})
+    assert pool.redact("Incorrect API key provided: sk-very-secret.") == (
+        "Incorrect API key provided: ***."
+    )
+    assert "sk-very-secret" not in repr(pool)
+    headers = pool._headers(cfg.upstreams[0], "rid", {})
+    assert headers["Authorization"] == "Bearer sk-very-secret"
+    assert headers["X-Request-Id"] == "rid"
