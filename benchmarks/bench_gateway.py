@@ -1,0 +1,422 @@
+"""What the gateway adds per event, against a direct connection and other proxies, in one run.
+
+    python benchmarks/bench_gateway.py --streams 100 500
+    python benchmarks/bench_gateway.py --streams 100 500 --litellm /tmp/litellm-venv/bin/litellm
+
+One lab (its own process) serves every phase. Each phase streams N concurrent requests to it
+through one path: ``direct``, ``gateway`` (steadystream, no pacer), ``nginx`` (a plain reverse
+proxy with buffering off) and ``litellm`` (LiteLLM's proxy), each in its own process, started
+and stopped here by pid. The load generator is this process.
+
+Added latency, fairly: for every event the lab records when it handed it to its server
+(ground truth, ``--record``); the client stamps its arrival. Both are wall-clock instants on
+one machine, so ``arrival - written`` is the path's delivery latency per event, whatever the
+lab's own pauses. A path's added latency is its latency percentile minus the direct path's, at
+the same N, in the same run. Events are matched to the truth by request id (``X-Request-Id``
+passes through every path; LiteLLM's proxy hands the lab's id back as
+``llm_provider-x-request-id``) and by position.
+
+Also per proxy: events relayed per second of the proxy's own CPU time, and resident memory per
+stream (the proxy's peak RSS during the phase minus its idle RSS, over N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import orjson
+
+from steadystream.files import read_timelines
+from steadystream.protocol import SseDecoder, SseEvent
+
+_CLI = "from steadystream.cli import main; main()"
+BENCH_KEY = "sk-bench-local-only"  # LiteLLM's proxy refuses to start without a master key
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up") from None
+            time.sleep(0.2)
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    base_url: str
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+    def rss_bytes(self) -> int:
+        # nginx and uvicorn may run workers: count the process and its children.
+        total = 0
+        for pid in [self.pid, *_children(self.pid)]:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        return total
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)  # uvicorn and nginx shut down cleanly on it
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            found += [int(child), *_children(int(child))]
+    return found
+
+
+def children_cpu(process: Process) -> float:
+    total = process.cpu_seconds()
+    for pid in _children(process.pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
+def start(name: str, argv: list[str], base_url: str, ready: str, env: dict[str, str]) -> Process:
+    log = open(Path(env["BENCH_DIR"]) / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+    popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = Process(name, popen, base_url)
+    try:
+        wait_ready(ready)
+    except RuntimeError:
+        process.stop()
+        raise
+    return process
+
+
+def start_lab(work: Path, env: dict[str, str], step_ms: float, tokens: int) -> Process:
+    port = free_port()
+    scenario = work / "scenario.yaml"
+    scenario.write_text(
+        f"scheduler: {{step_base_ms: {step_ms}, step_per_seq_ms: 0.0, max_running: 4096}}\n"
+        f"output: {{min_tokens: {tokens}, max_tokens: {tokens}}}\n"
+        "server: {keep_requests: 100000}\n",
+        encoding="utf-8",
+    )
+    argv = [sys.executable, "-c", _CLI, "lab", "--scenario", str(scenario), "--port", str(port)]
+    argv += ["--record", str(work / "truth.jsonl")]
+    url = f"http://127.0.0.1:{port}"
+    return start("lab", argv, f"{url}/v1", f"{url}/healthz", env)
+
+
+def start_gateway(env: dict[str, str], lab: Process) -> Process:
+    port = free_port()
+    argv = [sys.executable, "-c", _CLI, "gateway", "--upstream", lab.base_url, "--port", str(port)]
+    if os.environ.get("BENCH_GATEWAY_ARGV"):  # e.g. a profiler around the same gateway
+        argv = [*os.environ["BENCH_GATEWAY_ARGV"].split(), lab.base_url, str(port)]
+    url = f"http://127.0.0.1:{port}"
+    return start("gateway", argv, f"{url}/v1", f"{url}/healthz", env)
+
+
+def start_nginx(work: Path, env: dict[str, str], lab: Process, binary: str) -> Process:
+    port = free_port()
+    lab_host = lab.base_url.removeprefix("http://").removesuffix("/v1")
+    prefix = work / "nginx"
+    (prefix / "logs").mkdir(parents=True, exist_ok=True)
+    conf = prefix / "nginx.conf"
+    conf.write_text(
+        f"""worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  upstream lab {{ server {lab_host}; keepalive 512; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://lab;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 300s;
+    }}
+  }}
+}}
+""",
+        encoding="utf-8",
+    )
+    argv = [binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"]
+    url = f"http://127.0.0.1:{port}"
+    return start("nginx", argv, f"{url}/v1", f"{url}/healthz", env)
+
+
+def start_litellm(work: Path, env: dict[str, str], lab: Process, binary: str) -> Process:
+    port = free_port()
+    conf = work / "litellm.yaml"
+    conf.write_text(
+        "model_list:\n"
+        "  - model_name: lab\n"
+        "    litellm_params: {model: openai/lab, api_base: '" + lab.base_url + "', api_key: x}\n"
+        "litellm_settings: {telemetry: false, drop_params: true}\n",
+        encoding="utf-8",
+    )
+    child_env = {
+        **env,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_MASTER_KEY": BENCH_KEY,
+    }
+    argv = [binary, "--config", str(conf), "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--num_workers", "1"]
+    url = f"http://127.0.0.1:{port}"
+    return start("litellm", argv, f"{url}/v1", f"{url}/health/liveliness", child_env)
+
+
+# -- the load generator -------------------------------------------------------------------------
+
+
+@dataclass
+class StreamResult:
+    request_id: str
+    lab_id: str
+    arrivals_ns: list[int] = field(default_factory=list)
+    error: str | None = None
+
+
+async def one_stream(
+    session: aiohttp.ClientSession, url: str, request_id: str, tokens: int, delay: float
+) -> StreamResult:
+    await asyncio.sleep(delay)
+    body = {
+        "model": "lab",
+        "messages": [{"role": "user", "content": "Measure me."}],
+        "stream": True,
+        "max_tokens": tokens,
+    }
+    result = StreamResult(request_id, request_id)
+    decoder = SseDecoder()
+    try:
+        async with session.post(
+            f"{url}/chat/completions", data=orjson.dumps(body),
+            headers={
+                "Content-Type": "application/json",
+                "X-Request-Id": request_id,
+                "Authorization": f"Bearer {BENCH_KEY}",
+            },
+        ) as response:  # fmt: skip
+            result.lab_id = response.headers.get("llm_provider-x-request-id", request_id)
+            if response.status != 200:
+                result.error = f"HTTP {response.status}"
+                return result
+            arrivals = result.arrivals_ns
+            while data := await response.content.readany():
+                now = time.perf_counter_ns()
+                for item in decoder.feed(data):
+                    if isinstance(item, SseEvent) and item.data != "[DONE]":
+                        arrivals.append(now)
+    except (aiohttp.ClientError, OSError) as exc:
+        result.error = str(exc)
+    return result
+
+
+async def run_phase(
+    url: str, label: str, streams: int, tokens: int, ramp_s: float
+) -> list[StreamResult]:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks = [
+            one_stream(session, url, f"{label}-{i}", tokens, ramp_s * i / streams)
+            for i in range(streams)
+        ]
+        return list(await asyncio.gather(*tasks))
+
+
+def latencies_ms(
+    results: list[StreamResult], truth_path: Path, wall_minus_perf: float
+) -> np.ndarray:
+    """Per-event delivery latency (client arrival - lab write), in ms, every stream pooled."""
+    wanted = {r.lab_id for r in results if r.error is None}
+    truths = {t.stream_id: t for t in read_timelines(truth_path).timelines if t.stream_id in wanted}
+    values: list[np.ndarray] = []
+    for result in results:
+        truth = truths.get(result.lab_id)
+        if truth is None or result.error is not None or truth.started_at is None:
+            continue
+        count = min(len(truth.times), len(result.arrivals_ns))
+        written = truth.started_at + truth.times[:count] / 1e9
+        arrived = wall_minus_perf + np.asarray(result.arrivals_ns[:count]) / 1e9
+        values.append((arrived - written) * 1e3)
+    return np.concatenate(values) if values else np.array([])
+
+
+@dataclass
+class PhaseResult:
+    path: str
+    streams: int
+    events: int
+    errors: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    wall_s: float
+    proxy_cpu_s: float | None = None
+    rss_per_stream_kib: float | None = None
+
+
+def measure(
+    path: str, url: str, proxy: Process | None, lab: Process, work: Path,
+    streams: int, tokens: int, ramp_s: float,
+) -> PhaseResult:  # fmt: skip
+    label = f"{path}-{streams}-{time.monotonic_ns()}"
+    idle_rss = proxy.rss_bytes() if proxy is not None else 0
+    peak_rss = idle_rss
+    cpu_before = children_cpu(proxy) if proxy is not None else 0.0
+    wall_minus_perf = time.time() - time.perf_counter_ns() / 1e9
+    started = time.perf_counter()
+
+    async def sample_and_run() -> list[StreamResult]:
+        nonlocal peak_rss
+        phase = asyncio.ensure_future(run_phase(url, label, streams, tokens, ramp_s))
+        while not phase.done():
+            if proxy is not None:
+                peak_rss = max(peak_rss, proxy.rss_bytes())
+            await asyncio.wait({phase}, timeout=0.1)
+        return phase.result()
+
+    results = asyncio.run(sample_and_run())
+    wall = time.perf_counter() - started
+    cpu = children_cpu(proxy) - cpu_before if proxy is not None else None
+    time.sleep(0.5)  # the lab records a request once its writer is done
+    lat = latencies_ms(results, work / "truth.jsonl", wall_minus_perf)
+    events = sum(len(r.arrivals_ns) for r in results)
+    p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99)) if len(lat) else (
+        float("nan"),) * 3  # fmt: skip
+    return PhaseResult(
+        path, streams, events, sum(r.error is not None for r in results), p50, p90, p99, wall,
+        cpu, (peak_rss - idle_rss) / streams / 1024 if proxy is not None else None,
+    )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[100, 500])
+    parser.add_argument("--tokens", type=int, default=100, help="tokens per stream")
+    parser.add_argument("--step-ms", type=float, default=50.0, help="the lab's decode step")
+    parser.add_argument("--ramp", type=float, default=1.0, help="seconds over which streams start")
+    parser.add_argument("--paths", nargs="+", default=["direct", "gateway", "nginx", "litellm"])
+    parser.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    parser.add_argument("--litellm", default=None, help="the litellm proxy command")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    env = {**os.environ, "BENCH_DIR": str(work)}
+    processes: dict[str, Process] = {}
+    skipped: dict[str, str] = {}
+    results: list[PhaseResult] = []
+    try:
+        lab = processes["lab"] = start_lab(work, env, args.step_ms, args.tokens)
+        for path in dict.fromkeys(args.paths):  # a path named twice is measured twice, started once
+            try:
+                if path == "gateway":
+                    processes[path] = start_gateway(env, lab)
+                elif path == "nginx":
+                    processes[path] = start_nginx(work, env, lab, args.nginx)
+                elif path == "litellm":
+                    if args.litellm is None:
+                        raise RuntimeError("no --litellm command given")
+                    processes[path] = start_litellm(work, env, lab, args.litellm)
+            except (OSError, RuntimeError) as exc:
+                skipped[path] = str(exc)
+        paths = [p for p in args.paths if p not in skipped]
+        for streams in args.streams:
+            for path in paths:
+                proxy = processes.get(path)
+                url = lab.base_url if path == "direct" else proxy.base_url  # type: ignore[union-attr]
+                # A short warm-up: connection pools, imports, JIT-free but cache-warm.
+                measure(path, url, proxy, lab, work, min(streams, 20), 5, 0.2)
+                result = measure(path, url, proxy, lab, work, streams, args.tokens, args.ramp)
+                results.append(result)
+                print(json.dumps(result.__dict__), flush=True)
+    finally:
+        for process in reversed(list(processes.values())):
+            process.stop()
+    report(results, skipped)
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps({"results": [r.__dict__ for r in results], "skipped": skipped}, indent=1)
+        )
+    print(f"logs and truth in {work}")
+
+
+def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
+    direct = {r.streams: r for r in results if r.path == "direct"}
+    print()
+    print("| path | streams | events | errors | p50 ms | p99 ms | added p50 ms | added p99 ms "
+          "| events/s per proxy CPU s | proxy RSS KiB/stream |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        base = direct.get(r.streams)
+        added50 = r.p50_ms - base.p50_ms if base and r.path != "direct" else None
+        added99 = r.p99_ms - base.p99_ms if base and r.path != "direct" else None
+        rate = r.events / r.proxy_cpu_s if r.proxy_cpu_s else None
+        print(
+            f"| {r.path} | {r.streams} | {r.events} | {r.errors} | {r.p50_ms:.2f} | "
+            f"{r.p99_ms:.2f} | {_fmt(added50)} | {_fmt(added99)} | {_fmt(rate, 0)} | "
+            f"{_fmt(r.rss_per_stream_kib, 1)} |"
+        )
+    for path, why in skipped.items():
+        print(f"skipped {path}: {why}")
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+if __name__ == "__main__":
+    main()
