@@ -18,16 +18,19 @@ import contextlib
 import gc
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
 import uvicorn
-from starlette.applications import Starlette
 from starlette.types import Scope
 
-from steadystream._exceptions import SteadystreamError
+from steadystream._serving import (
+    BackgroundServer,
+    connection_of,
+    listening_socket,
+    uvicorn_config,
+)
 from steadystream.lab.app import LabState, create_app
 from steadystream.lab.engine import LabEngine
 from steadystream.lab.responses import ConnectionResetter
@@ -44,52 +47,23 @@ _DRAIN_WAIT_S = 0.2
 
 def _resetter(server: uvicorn.Server) -> ConnectionResetter:
     async def reset(scope: Scope) -> bool:
-        client = scope.get("client")
-        if client is None:
+        connection = connection_of(server, scope)
+        transport = getattr(connection, "transport", None)
+        if transport is None:
             return False
-        # The ASGI scope carries no handle on the transport; uvicorn's server state has every
-        # open connection, each knowing its client's address (unique per connection).
-        for connection in list(server.server_state.connections):
-            if getattr(connection, "client", None) != tuple(client):
-                continue
-            transport = getattr(connection, "transport", None)
-            if transport is None:
-                return False
-            # Let what was written reach the client first: an RST discards unsent data.
-            waited = 0.0
-            while transport.get_write_buffer_size() and waited < _DRAIN_WAIT_S:
-                await asyncio.sleep(0.005)
-                waited += 0.005
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-            transport.abort()
-            return True
-        return False
+        # Let what was written reach the client first: an RST discards unsent data.
+        waited = 0.0
+        while transport.get_write_buffer_size() and waited < _DRAIN_WAIT_S:
+            await asyncio.sleep(0.005)
+            waited += 0.005
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        transport.abort()
+        return True
 
     return reset
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    # uvloop when installed (the "fast" extra), as uvicorn itself would pick.
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def _config(app: Starlette, host: str, port: int, log_level: str) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=2,
-    )
 
 
 def serve(
@@ -103,7 +77,7 @@ def serve(
 ) -> None:
     """Serve the lab until interrupted (Ctrl-C)."""
     app = create_app(scenario, seed=seed, on_done=on_done)
-    server = uvicorn.Server(_config(app, host, port, log_level))
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level))
     app.state.lab.resetter = _resetter(server)
     quiet_gc()
     server.run()
@@ -139,9 +113,7 @@ class LabServer:
         self._host = host
         self._port = port
         self._log_level = log_level
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: BackgroundServer | None = None
         self.port = 0
 
     # -- what a test needs ----------------------------------------------------------------------
@@ -181,54 +153,27 @@ class LabServer:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> LabServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
-        self.port = sock.getsockname()[1]
-        server = uvicorn.Server(_config(self.app, self._host, self.port, self._log_level))
-        self.state.resetter = _resetter(server)
-        self._server = server
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = _new_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._serve(server, sock, ready))
-            except BaseException as exc:  # reported to the starting thread
-                failure.append(exc)
-            finally:
-                ready.set()
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name=f"lab-{self.port}", daemon=True)
-        self._thread.start()
-        ready.wait(timeout=30)
-        if failure or not server.started:
-            self.stop()
-            raise SteadystreamError(f"the lab did not start: {failure[0] if failure else '?'}")
+        background = BackgroundServer(
+            self.app,
+            listening_socket(self._host, self._port),
+            name="the lab",
+            log_level=self._log_level,
+        )
+        self.port = background.port
+        self.state.resetter = _resetter(background.server)
+        self._background = background
+        background.start()
         return self
-
-    @staticmethod
-    async def _serve(server: uvicorn.Server, sock: socket.socket, ready: threading.Event) -> None:
-        task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        ready.set()
-        await task
 
     def stop(self) -> None:
         """End open streams, stop the server and join its thread."""
-        server, thread, loop = self._server, self._thread, self._loop
-        if server is None or thread is None:
+        background, self._background = self._background, None
+        if background is None:
             return
-        if loop is not None and thread.is_alive():
+        if background.running:
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self.engine.stop(), loop).result(timeout=10)
-        server.should_exit = True
-        thread.join(timeout=30)
-        self._server = self._thread = self._loop = None
+                background.run_in_loop(self.engine.stop())
+        background.stop()
 
     def __enter__(self) -> LabServer:
         return self.start()
@@ -242,11 +187,7 @@ class LabServer:
         self.stop()
 
     def call_in_loop(self, fn: Callable[[], _T]) -> _T:
-        loop = self._loop
-        if loop is None or self._thread is None or not self._thread.is_alive():
+        """Call ``fn`` on the lab's event loop, where the engine lives."""
+        if self._background is None:
             return fn()
-
-        async def call() -> _T:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=10)
+        return self._background.call_in_loop(fn)

@@ -1,0 +1,167 @@
+"""Serving an ASGI app with uvicorn, in the foreground or in a background thread.
+
+The lab and the gateway both run this way: in the foreground from the CLI, and in a thread
+of their own (own event loop, free loopback port) for tests, the demo and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import uvicorn
+from starlette.types import ASGIApp, Scope
+
+from steadystream._exceptions import SteadystreamError
+
+__all__ = [
+    "BackgroundServer",
+    "connection_of",
+    "listening_socket",
+    "new_event_loop",
+    "uvicorn_config",
+]
+
+_T = TypeVar("_T")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (the ``fast`` extra), as uvicorn itself would pick."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def uvicorn_config(app: ASGIApp, host: str, port: int, log_level: str) -> uvicorn.Config:
+    # No access log: a line per request costs more than relaying its events. Open streams
+    # get two seconds to finish on shutdown.
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+
+
+def listening_socket(host: str, port: int, *, send_buffer: int | None = None) -> socket.socket:
+    """A bound socket for uvicorn; ``port=0`` picks a free one.
+
+    Accepted connections inherit the send buffer size: a fixed buffer (instead of the
+    kernel's autotuning, up to megabytes) bounds what a client that stops reading can hold in
+    the kernel, so backpressure reaches the server early.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    sock.bind((host, port))
+    return sock
+
+
+def connection_of(server: uvicorn.Server, scope: Scope) -> Any | None:
+    """The uvicorn connection (protocol object) serving a request, or None.
+
+    The ASGI scope carries no handle on the transport; uvicorn's server state lists every
+    open connection with its client's address, which is unique per connection.
+    """
+    client = scope.get("client")
+    if client is None:
+        return None
+    for connection in list(server.server_state.connections):
+        if getattr(connection, "client", None) == tuple(client):
+            return connection
+    return None
+
+
+class BackgroundServer:
+    """An ASGI app served by uvicorn in its own thread and event loop.
+
+    ``server`` exists from construction, so callers can hand the app hooks into uvicorn's
+    state before :meth:`start`.
+    """
+
+    def __init__(
+        self, app: ASGIApp, sock: socket.socket, *, name: str, log_level: str = "warning"
+    ) -> None:
+        self.name = name
+        self.sock = sock
+        self.port: int = sock.getsockname()[1]
+        host = sock.getsockname()[0]
+        self.server = uvicorn.Server(uvicorn_config(app, host, self.port, log_level))
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = new_event_loop()
+            self.loop = loop
+            try:
+                loop.run_until_complete(self._serve(ready))
+            except BaseException as exc:  # reported to the starting thread
+                failure.append(exc)
+            finally:
+                ready.set()
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-{self.port}", daemon=True)
+        self._thread.start()
+        ready.wait(timeout=30)
+        if failure or not self.server.started:
+            self.stop()
+            reason = failure[0] if failure else "it did not report ready in 30 s"
+            raise SteadystreamError(f"{self.name} did not start: {reason}")
+
+    async def _serve(self, ready: threading.Event) -> None:
+        task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
+        while not self.server.started and not task.done():
+            await asyncio.sleep(0.01)
+        ready.set()
+        await task
+
+    def run_in_loop(self, coroutine: Coroutine[Any, Any, _T], *, timeout_s: float = 10) -> _T:
+        """Run a coroutine on the server's loop and wait for its result."""
+        if self.loop is None or not self.running:
+            coroutine.close()
+            raise SteadystreamError(f"{self.name} is not running")
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=timeout_s)
+
+    def call_in_loop(self, fn: Callable[[], _T]) -> _T:
+        """Call ``fn`` on the server's loop (where its state lives); directly when stopped."""
+        if not self.running:
+            return fn()
+
+        async def call() -> _T:
+            return fn()
+
+        return self.run_in_loop(call())
+
+    def stop(self) -> None:
+        """Stop serving (open streams get the graceful-shutdown time) and join the thread."""
+        thread = self._thread
+        if thread is None:
+            return
+        self.server.should_exit = True
+        thread.join(timeout=30)
+        if thread.is_alive():  # a hung shutdown: force it
+            self.server.force_exit = True
+            with contextlib.suppress(RuntimeError):
+                thread.join(timeout=5)
+        self._thread = None
+        self.loop = None
