@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import orjson
-from starlette.responses import Response
 
-from steadystream.protocol.openai import error_payload
+from steadystream._api_errors import ApiError, error_response
 
 __all__ = [
     "ApiError",
@@ -28,47 +27,6 @@ __all__ = [
 Route: TypeAlias = Literal["chat", "completions"]
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-
-
-class ApiError(Exception):
-    """A request the gateway refuses or cannot serve; becomes an OpenAI-style error body."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.type = type
-        self.code = code
-
-    def payload(self) -> dict[str, Any]:
-        return error_payload(self.message, type=self.type, code=self.code, param=self.param)
-
-    def response(self, headers: dict[str, str] | None = None) -> Response:
-        return error_response(
-            self.status, self.message, self.param, self.type, self.code, headers=headers
-        )
-
-
-def error_response(
-    status: int,
-    message: str,
-    param: str | None = None,
-    type: str = "invalid_request_error",
-    code: str | None = None,
-    *,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def new_request_id() -> str:

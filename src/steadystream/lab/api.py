@@ -11,9 +11,8 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.responses import Response
 
-from steadystream.protocol.openai import error_payload
+from steadystream._api_errors import ApiError, error_response
 from steadystream.timeline import estimate_tokens
 
 __all__ = [
@@ -23,41 +22,6 @@ __all__ = [
     "error_response",
     "parse_body",
 ]
-
-
-class ApiError(Exception):
-    """A request the lab refuses; becomes an OpenAI-style error response."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.type = type
-        self.code = code
-
-    def response(self, headers: dict[str, str] | None = None) -> Response:
-        return error_response(self.status, self.message, self.param, self.type, self.code, headers)
-
-
-def error_response(
-    status: int,
-    message: str,
-    param: str | None = None,
-    type: str = "invalid_request_error",
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 class _Body(BaseModel):

@@ -1,0 +1,57 @@
+"""OpenAI-style error responses, shared by the servers (the lab and the gateway).
+
+A refused request gets ``{"error": {"message", "type", "param", "code"}}`` with its HTTP
+status, the shape the ``openai`` SDK turns into a typed exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from steadystream.protocol.openai import error_payload
+
+__all__ = ["ApiError", "error_response"]
+
+
+class ApiError(Exception):
+    """A request a server refuses or cannot serve; becomes an OpenAI-style error response."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.type = type
+        self.code = code
+
+    def payload(self) -> dict[str, Any]:
+        return error_payload(self.message, type=self.type, code=self.code, param=self.param)
+
+    def response(self, headers: dict[str, str] | None = None) -> Response:
+        return error_response(
+            self.status, self.message, self.param, self.type, self.code, headers=headers
+        )
+
+
+def error_response(
+    status: int,
+    message: str,
+    param: str | None = None,
+    type: str = "invalid_request_error",
+    code: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
