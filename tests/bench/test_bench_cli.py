@@ -145,23 +145,30 @@ def test_a_sweep_prints_the_curve_and_the_answer(lab: LabServer, tmp_path: Path)
 
 def test_ctrl_c_keeps_what_finished(lab: LabServer, tmp_path: Path) -> None:
     out = tmp_path / "run.jsonl"
-    command = [sys.executable, "-c", "from steadystream.cli import main; main()"]
+    # A shell starts background jobs with SIGINT ignored and children inherit that (CI may run
+    # the suite so); give the child the Ctrl-C a person at a terminal has.
+    command = [
+        sys.executable,
+        "-c",
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from steadystream.cli import main; main()",
+    ]
     args = bench(lab.base_url, out, "--concurrency", "2", "--requests", "500", "--max-tokens", "8")
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (out.exists() and out.read_bytes().count(b"\n") >= 3):
-            assert time.monotonic() < deadline
-            assert process.poll() is None
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    ) as process:
+        try:
+            deadline = time.monotonic() + 30
+            while not (out.exists() and out.read_bytes().count(b"\n") >= 3):
+                assert time.monotonic() < deadline
+                assert process.poll() is None
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            output, _ = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert process.returncode == 130, output
     assert "interrupted: kept" in output
     result = read_jsonl(out)
