@@ -33,7 +33,7 @@ def test_demo_runs_end_to_end_and_leaves_no_process(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     pids = [int(p) for p in re.findall(r"(?:lab|gateway) (\d+)", result.output)]
-    assert len(pids) == 2
+    assert len(pids) == 3  # the lab twice (a fresh one per run) and the gateway
     assert not any(_alive(pid) for pid in pids)
 
     direct = read_timelines(workdir / "direct.jsonl").timelines
