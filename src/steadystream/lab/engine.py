@@ -128,11 +128,11 @@ class LabEngine:
         room = self.capacity_tokens - request.prompt_tokens
         if target > room:
             target, ending = max(room, 0), Ending.LENGTH
-        faults = request.faults
-        if faults is None:
-            params = self.scenario.faults
-            applies = rng.random() < params.share
-            faults = FaultSpec.from_params(params) if applies else FaultSpec()
+        # The scenario's fault draw happens whether or not a header overrides it, so a
+        # request's text and pauses do not depend on the header being there.
+        params = self.scenario.faults
+        drawn = FaultSpec.from_params(params) if rng.random() < params.share else FaultSpec()
+        faults = request.faults if request.faults is not None else drawn
         end_after = faults.end_after
         if end_after is not None and end_after < target:
             target = end_after
