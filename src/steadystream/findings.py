@@ -1,7 +1,7 @@
 """Findings: what the numbers of a run say, in words, where the data shows it.
 
 Pure: takes a stream table and its fleet metrics, returns findings. The CLI prints them and
-the report points each at its chart.
+the report points each at its chart. Each rule is documented in docs/report.md#findings.
 """
 
 from __future__ import annotations
@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
+from steadystream._per_stream import ARRIVAL_WINDOW_NS
+from steadystream._types import Where
 from steadystream._units import format_duration
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
 
@@ -18,6 +21,20 @@ __all__ = ["Finding", "find"]
 HEAD_BURST_FLAG = 2.0  # twice the steady rate in the first window
 SINGLE_TOKEN_SHARE = 0.5
 ENVELOPE_FLAG = 10.0  # wire bytes per content byte
+# Proxy buffering: text events per arrival at which a stream reads as held back and released
+# in lumps (a steady engine gives 1; network coalescing about 2), among streams long enough
+# to tell, in at least this share of them.
+BUFFERING_FLAG = 4.0
+BUFFERING_MIN_CHUNKS = 8
+BUFFERING_SHARE = 0.5
+# Vantage points from the engine outwards: bursts already seen nearer the engine are not
+# the doing of a proxy between the two.
+_EDGE_RANK = {
+    Where.LAB.value: 0,
+    Where.GATEWAY_UPSTREAM.value: 1,
+    Where.GATEWAY_DOWNSTREAM.value: 2,
+    Where.CLIENT.value: 3,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,9 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
                 bursty,
             )
         )
+    buffering = _proxy_buffering(table)
+    if buffering is not None:
+        found.insert(0, buffering)
     estimated = sum(1 for s in table.token_sources if s == "estimated")
     if estimated:
         found.append(
@@ -102,3 +122,77 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
             )
         )
     return found
+
+
+def _proxy_buffering(table: StreamTable) -> Finding | None:
+    """Streams that arrive in lumps after gaps their upstream did not have.
+
+    A buffering proxy (nginx with ``proxy_buffering on`` in front of a close-delimited
+    stream) holds events until its buffer fills and then writes them at once: the reader
+    gets several text events within a millisecond, then nothing for the time it took to
+    fill the buffer again. A stream recorded nearer the engine too (the lab's ground truth,
+    the gateway's upstream edge) tells whether the lumps were already there.
+    """
+    col = table.column
+    per_arrival = col("chunks_per_arrival")
+    rank = np.array([_EDGE_RANK.get(w, len(_EDGE_RANK)) for w in table.wheres], dtype=np.int64)
+    long_enough = col("chunks") >= BUFFERING_MIN_CHUNKS
+    with np.errstate(invalid="ignore"):
+        lumpy = long_enough & (per_arrival >= BUFFERING_FLAG)
+    _, group = np.unique(np.array(table.stream_ids, dtype=object), return_inverse=True)
+    groups = int(group.max()) + 1
+    # The vantage point nearest the engine at which each stream already came in lumps.
+    first_lumpy = np.full(groups, np.iinfo(np.int64).max)
+    np.minimum.at(first_lumpy, group[lumpy], rank[lumpy])
+    # The engine's own writes are what they are: a proxy sits after it.
+    eligible = long_enough & (rank > 0)
+    buffered = eligible & lumpy & (rank == first_lumpy[group])
+    streams = len(np.unique(group[eligible]))
+    affected = len(np.unique(group[buffered]))
+    if not affected or affected < BUFFERING_SHARE * streams:
+        return None
+    burst = float(np.median(per_arrival[buffered]))
+    worst = float(np.median(col("max_gap_s")[buffered]))
+    message = (
+        f"{affected} of {streams} streams arrive in bursts: a median of {burst:.0f} text events"
+        f" within {format_duration(ARRIVAL_WINDOW_NS)} of each other, after gaps of up to"
+        f" {format_duration(round(worst * 1e9))} (median worst gap)"
+    )
+    delay = _first_byte_delay(table, group, rank, buffered)
+    if delay is not None:
+        seconds, pairs = delay
+        message += (
+            f"; their first byte came {format_duration(round(seconds * 1e9))} after the"
+            f" upstream's first token (median of {pairs} streams recorded at both ends)"
+        )
+    message += (
+        ". A buffering proxy holds the stream back: turn its buffering off for event streams"
+        " (nginx: proxy_buffering off, or X-Accel-Buffering: no from the upstream, which the"
+        " gateway sends)."
+    )
+    return Finding("proxy-buffering", message, affected)
+
+
+def _first_byte_delay(
+    table: StreamTable,
+    group: npt.NDArray[np.intp],
+    rank: npt.NDArray[np.int64],
+    buffered: npt.NDArray[np.bool_],
+) -> tuple[float, int] | None:
+    """Median TTFB of buffered streams minus the TTFT of their edge nearest the engine.
+
+    Each edge counts from its own request instant (sent or received), a transit apart, which
+    is small next to what a buffer holds back.
+    """
+    order = np.lexsort((rank, group))
+    first_of_group = np.ones(len(order), dtype=bool)
+    first_of_group[1:] = group[order][1:] != group[order][:-1]
+    inner = np.empty(int(group.max()) + 1, dtype=np.intp)
+    inner[group[order][first_of_group]] = order[first_of_group]
+    nearest = inner[group]
+    paired = buffered & (rank[nearest] < rank)
+    delays = table.column("ttfb_s")[paired] - table.column("ttft_s")[nearest[paired]]
+    delays = delays[~np.isnan(delays)]
+    if not len(delays):
+        return None
+    return float(np.median(delays)), len(delays)

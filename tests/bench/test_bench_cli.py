@@ -195,3 +195,16 @@ async def test_the_live_view_draws_progress() -> None:
     assert "0/10 streams" in drawn
     assert "in flight" in drawn
     assert "p99 of worst gap" in drawn
+
+
+def test_request_ids_can_go_unsent(lab: LabServer, tmp_path: Path) -> None:
+    # For servers that refuse ids they did not make (llama-cpp-python: UUIDs only).
+    out = tmp_path / "run.jsonl"
+    args = bench(lab.base_url, out, "--requests", "2", "--max-tokens", "4", "--warmup", "0")
+    result = cli.invoke(app, [*args, "--request-id-header", "none"])
+    assert result.exit_code == 0, result.output
+    timelines = read_jsonl(out).timelines
+    assert [t.outcome for t in timelines] == [Outcome.COMPLETE] * 2
+    # The lab saw no id and made its own: bench's ids are not on its records.
+    assert all(lab.truth(t.stream_id) is None for t in timelines)
+    assert lab.truth("lab-000001") is not None

@@ -79,3 +79,24 @@ def test_bad_options_are_refused() -> None:
         Endpoint("http://h/v1", "m", kind="embeddings")
     with pytest.raises(SpecError, match="--usage"):
         Endpoint("http://h/v1", "m", usage="sometimes")
+
+
+def test_the_request_id_header_can_be_renamed_or_left_out() -> None:
+    # llama-cpp-python refuses an X-Request-Id that is not a UUID: bench can send none.
+    assert "X-Request-Id" not in Endpoint(
+        "http://h/v1", "m", request_id_header=None
+    ).request_headers("r1")
+    renamed = Endpoint("http://h/v1", "m", request_id_header="X-Correlation-Id")
+    sent = renamed.request_headers("r1")
+    assert sent["X-Correlation-Id"] == "r1"
+    assert "X-Request-Id" not in sent
+    # A --header may then set X-Request-Id itself, but not the renamed one.
+    mine = Endpoint("http://h/v1", "m", request_id_header=None, headers=(("X-Request-Id", "u"),))
+    assert mine.request_headers("r1")["X-Request-Id"] == "u"
+    with pytest.raises(SpecError, match="X-Correlation-Id"):
+        Endpoint(
+            "http://h/v1", "m", request_id_header="X-Correlation-Id",
+            headers=(("x-correlation-id", "u"),),
+        )  # fmt: skip
+    with pytest.raises(SpecError, match="not a header name"):
+        Endpoint("http://h/v1", "m", request_id_header="X Request")

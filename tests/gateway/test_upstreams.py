@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
+from steadystream import ConfigError
 from steadystream.gateway.config import UpstreamConfig, config_from_mapping
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import parse_request
@@ -72,3 +74,27 @@ def test_keys_are_redacted_and_never_in_repr() -> None:
     headers = pool._headers(cfg.upstreams[0], "rid", {})
     assert headers["Authorization"] == "Bearer sk-very-secret"
     assert headers["X-Request-Id"] == "rid"
+
+
+def test_an_upstream_may_take_no_request_id() -> None:
+    # llama-cpp-python's server answers 400 to an X-Request-Id that is not a UUID.
+    cfg = config_from_mapping(
+        {
+            "upstreams": [
+                {"name": "a", "base_url": "http://h/v1", "request_id_header": None},
+                {"name": "b", "base_url": "http://h/v1", "request_id_header": "X-Trace"},
+            ]
+        }
+    )
+    pool = UpstreamPool(cfg, None, {})
+    assert "X-Request-Id" not in pool._headers(cfg.upstreams[0], "rid", {})
+    renamed = pool._headers(cfg.upstreams[1], "rid", {})
+    assert renamed["X-Trace"] == "rid"
+    assert "X-Request-Id" not in renamed
+
+
+def test_a_request_id_header_must_be_a_header_name() -> None:
+    with pytest.raises(ConfigError, match="request_id_header"):
+        config_from_mapping(
+            {"upstreams": [{"name": "a", "base_url": "http://h/v1", "request_id_header": "X Id"}]}
+        )

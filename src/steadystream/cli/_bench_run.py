@@ -113,6 +113,9 @@ def _plan(args: BenchArgs) -> Plan:
         headers=headers_from(args.headers),
         usage=args.usage,
         ignore_eos=args.ignore_eos,
+        request_id_header=None
+        if args.request_id_header.lower() == "none"
+        else args.request_id_header,
     )
     prompts: tuple[Prompt, ...] = ()
     if args.input_tokens is not None:

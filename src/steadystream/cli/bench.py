@@ -31,6 +31,7 @@ class BenchArgs:
     endpoint: str
     api_key_env: str | None
     headers: list[str]
+    request_id_header: str
     usage: str
     ignore_eos: bool
     concurrency: int | None
@@ -90,6 +91,14 @@ def bench(
             "--header", "-H", help="Extra header 'Name: value' (repeatable).", rich_help_panel=_REQ
         ),
     ] = None,
+    request_id_header: Annotated[
+        str,
+        typer.Option(
+            help="Header that carries each request's id, or 'none' (llama-cpp-python"
+            " refuses ids that are not UUIDs).",
+            rich_help_panel=_REQ,
+        ),
+    ] = "X-Request-Id",
     usage: Annotated[
         str,
         typer.Option(
@@ -250,6 +259,7 @@ def bench(
         endpoint=endpoint,
         api_key_env=api_key_env,
         headers=header or [],
+        request_id_header=request_id_header,
         usage=usage,
         ignore_eos=ignore_eos,
         concurrency=concurrency,

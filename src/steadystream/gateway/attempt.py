@@ -114,7 +114,12 @@ async def read_attempt(relay: StreamRelay, attempt: Attempt) -> Failure | None:
             for piece in pieces:
                 kind = piece.kind
                 if kind in TEXT_KINDS:
+                    first = watchdog.last_token_ns is None
                     watchdog.token(now)
+                    if first:
+                        # The deadline moved from the first token's (far) to the stall's
+                        # (near): the guard would sleep until the old one unless told.
+                        relay.guard.poke()
                     progress.commit(kind, piece.text)
                 elif kind is EventKind.ROLE:
                     progress.role_sent = True

@@ -124,6 +124,10 @@ class UpstreamConfig(_Section):
     )
     headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
     forward_headers: tuple[str, ...] = Field((), description="client headers passed on")
+    # llama-cpp-python's server refuses any X-Request-Id that is not a UUID (docs/engines.md).
+    request_id_header: str | None = Field(
+        "X-Request-Id", description="header carrying the request id upstream; null: none"
+    )
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
 
     @field_validator("name")
@@ -131,6 +135,13 @@ class UpstreamConfig(_Section):
     def _plain_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
+        return value
+
+    @field_validator("request_id_header")
+    @classmethod
+    def _header_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() or c == ":" for c in value)):
+            raise ValueError("must be a header name, or null to send no request id")
         return value
 
     @field_validator("base_url")

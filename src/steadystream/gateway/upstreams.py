@@ -139,11 +139,9 @@ class UpstreamPool:
     def _headers(
         self, upstream: UpstreamConfig, request_id: str, client_headers: Mapping[str, str]
     ) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-            "X-Request-Id": request_id,
-        }
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if upstream.request_id_header is not None and request_id:
+            headers[upstream.request_id_header] = request_id
         for name in upstream.forward_headers:
             value = client_headers.get(name)
             if value is not None:
@@ -197,7 +195,6 @@ class UpstreamPool:
     async def get_json(self, upstream: UpstreamConfig, path: str, timeout_s: float) -> Any:
         """GET a small JSON document (``/models``); errors mapped like :meth:`post`'s."""
         headers = self._headers(upstream, "", {})
-        del headers["X-Request-Id"]
         try:
             async with (
                 asyncio.timeout(timeout_s),

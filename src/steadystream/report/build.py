@@ -36,6 +36,7 @@ CHART_IDS = ("itl-band", "gap-cdfs", "stall-map", "worst-streams", "chunks", "tt
 WORST_STREAMS = 10
 
 FINDING_CHARTS = {
+    "proxy-buffering": "worst-streams",
     "p99-hides-freezes": "gap-cdfs",
     "unstable-streams": "stall-map",
     "single-token-chunks": "chunks",

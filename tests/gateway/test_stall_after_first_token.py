@@ -1,0 +1,43 @@
+"""A stall right after the first token is caught at the stall timeout, not the first-token one.
+
+After the first token the watchdog's deadline moves sooner (from the first-token timeout to
+the stall timeout); the guard sleeping until the old deadline found the stall late (up to the
+stuck-client check interval, 7.5 s by default). Found by the llama.cpp failover test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from steadystream.gateway import GatewayServer
+from steadystream.lab import LabServer
+from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post, upstream
+
+pytestmark = pytest.mark.integration
+
+MS = 1_000_000
+
+
+def test_the_stall_is_caught_at_its_own_timeout(sink: MemorySink) -> None:
+    with (
+        LabServer("steady", seed=7) as primary,
+        LabServer("steady", seed=7) as fallback,
+        GatewayServer(
+            gateway_config(
+                upstream(primary, "primary", fault="stall-after=3:forever"),
+                upstream(fallback, "fallback", fault="slow-first-token=0ms", priority=1),
+                watchdog={"first_token_timeout": "30s", "stall_timeout": "300ms"},
+                failover={"policy": "continue"},
+            ),
+            recorder=sink,
+        ) as gateway,
+    ):
+        streamed = post(gateway.base_url, "/chat/completions", chat_body(12), {"X-Request-Id": "s"})
+        _up, down = sink.edges("s")
+    assert streamed.done
+    assert streamed.error is None
+    (entry,) = down.meta["failovers"]
+    assert entry["cause"] == "stall"
+    text = down.times[down.text_mask]
+    # The failover came a stall timeout after the third token (plus a timer's slack).
+    assert 300 * MS <= entry["at_ns"] - text[2] < 600 * MS
