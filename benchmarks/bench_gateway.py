@@ -1,7 +1,7 @@
 """What the gateway adds per event, against a direct connection and other proxies, in one run.
 
     python benchmarks/bench_gateway.py --streams 100 500
-    python benchmarks/bench_gateway.py --streams 100 500 --litellm /tmp/litellm-venv/bin/litellm
+    python benchmarks/bench_gateway.py --streams 100 500 --litellm PEERS/litellm/bin/litellm
 
 One lab (its own process) serves every phase. Each phase streams N concurrent requests to it
 through one path: ``direct``, ``gateway`` (steadystream, no pacer), ``nginx`` (a plain reverse
