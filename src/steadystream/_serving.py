@@ -11,15 +11,18 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Coroutine
+from types import TracebackType
 from typing import Any, TypeVar
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Scope
 
 from steadystream._exceptions import SteadystreamError
 
 __all__ = [
     "BackgroundServer",
+    "ServedApp",
     "connection_of",
     "listening_socket",
     "new_event_loop",
@@ -165,3 +168,85 @@ class BackgroundServer:
                 thread.join(timeout=5)
         self._thread = None
         self.loop = None
+
+
+_Self = TypeVar("_Self", bound="ServedApp")
+
+
+class ServedApp:
+    """An app of ours on a loopback port (free by default), in a background thread.
+
+    The shell the lab's and the gateway's test servers share: ``url``/``base_url``,
+    ``start``/``stop`` and the context manager. Subclasses hook uvicorn's state into their
+    app before it serves (:meth:`_attach`) and wind down before it stops (:meth:`_detach`).
+    """
+
+    name = "the server"
+
+    def __init__(
+        self,
+        app: Starlette,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        send_buffer: int | None = None,
+    ) -> None:
+        self.app = app
+        self._host = host
+        self._port = port
+        self._log_level = log_level
+        self._send_buffer = send_buffer
+        self._background: BackgroundServer | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``"""
+        return f"http://{self._host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL: ``http://127.0.0.1:PORT/v1``."""
+        return f"{self.url}/v1"
+
+    def start(self: _Self) -> _Self:
+        sock = listening_socket(self._host, self._port, send_buffer=self._send_buffer)
+        background = BackgroundServer(self.app, sock, name=self.name, log_level=self._log_level)
+        self.port = background.port
+        self._attach(background.server)
+        self._background = background
+        background.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (open streams get the graceful-shutdown time) and join the thread."""
+        background, self._background = self._background, None
+        if background is None:
+            return
+        if background.running:
+            self._detach(background)
+        background.stop()
+
+    def call_in_loop(self, fn: Callable[[], _T]) -> _T:
+        """Call ``fn`` on the server's event loop, where its state lives."""
+        if self._background is None:
+            return fn()
+        return self._background.call_in_loop(fn)
+
+    def _attach(self, server: uvicorn.Server) -> None:
+        """Give the app what it needs from uvicorn (before it serves)."""
+
+    def _detach(self, background: BackgroundServer) -> None:
+        """Wind down while the loop still runs (before the server stops)."""
+
+    def __enter__(self: _Self) -> _Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from types import TracebackType
 
 import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.types import Scope
 
 from steadystream._serving import (
-    BackgroundServer,
+    ServedApp,
     connection_of,
     listening_socket,
     uvicorn_config,
@@ -57,8 +56,10 @@ def serve(config: GatewayConfig, *, log_level: str = "info") -> None:
     server.run(sockets=[sock])
 
 
-class GatewayServer:
+class GatewayServer(ServedApp):
     """The gateway on a loopback port (free by default), in a background thread."""
+
+    name = "the gateway"
 
     def __init__(
         self,
@@ -71,51 +72,18 @@ class GatewayServer:
         env: Mapping[str, str] | None = None,
         log_level: str = "warning",
     ) -> None:
-        self.app = create_app(config, registry=registry, recorder=recorder, env=env)
-        self._send_buffer = config.limits.client_send_buffer
-        self._host = host
-        self._port = port
-        self._log_level = log_level
-        self._background: BackgroundServer | None = None
-        self.port = 0
+        super().__init__(
+            create_app(config, registry=registry, recorder=recorder, env=env),
+            host=host,
+            port=port,
+            log_level=log_level,
+            send_buffer=config.limits.client_send_buffer,
+        )
 
     @property
     def state(self) -> GatewayState:
         state: GatewayState = self.app.state.gateway
         return state
 
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``"""
-        return f"http://{self._host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL: ``http://127.0.0.1:PORT/v1``."""
-        return f"{self.url}/v1"
-
-    def start(self) -> GatewayServer:
-        sock = listening_socket(self._host, self._port, send_buffer=self._send_buffer)
-        background = BackgroundServer(self.app, sock, name="the gateway", log_level=self._log_level)
-        self.port = background.port
-        self.state.transport_of = _transport_of(background.server)
-        self._background = background
-        background.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the server (open streams get the graceful-shutdown time) and join its thread."""
-        background, self._background = self._background, None
-        if background is not None:
-            background.stop()
-
-    def __enter__(self) -> GatewayServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _attach(self, server: uvicorn.Server) -> None:
+        self.state.transport_of = _transport_of(server)

@@ -19,7 +19,6 @@ import gc
 import socket
 import struct
 from collections.abc import Callable
-from types import TracebackType
 from typing import TypeVar
 
 import uvicorn
@@ -27,8 +26,8 @@ from starlette.types import Scope
 
 from steadystream._serving import (
     BackgroundServer,
+    ServedApp,
     connection_of,
-    listening_socket,
     uvicorn_config,
 )
 from steadystream.lab.app import LabState, create_app
@@ -96,8 +95,10 @@ def quiet_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
-class LabServer:
+class LabServer(ServedApp):
     """The lab on a free loopback port, in a background thread; a context manager."""
+
+    name = "the lab"
 
     def __init__(
         self,
@@ -109,12 +110,12 @@ class LabServer:
         on_done: Callable[[RequestTruth], None] | None = None,
         log_level: str = "warning",
     ) -> None:
-        self.app = create_app(scenario, seed=seed, on_done=on_done)
-        self._host = host
-        self._port = port
-        self._log_level = log_level
-        self._background: BackgroundServer | None = None
-        self.port = 0
+        super().__init__(
+            create_app(scenario, seed=seed, on_done=on_done),
+            host=host,
+            port=port,
+            log_level=log_level,
+        )
 
     # -- what a test needs ----------------------------------------------------------------------
 
@@ -126,16 +127,6 @@ class LabServer:
     @property
     def engine(self) -> LabEngine:
         return self.state.engine
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``"""
-        return f"http://{self._host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL: ``http://127.0.0.1:PORT/v1``."""
-        return f"{self.url}/v1"
 
     def truth(self, request_id: str) -> RequestTruth | None:
         """A request's ground truth (read it once the request is done)."""
@@ -152,42 +143,10 @@ class LabServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> LabServer:
-        background = BackgroundServer(
-            self.app,
-            listening_socket(self._host, self._port),
-            name="the lab",
-            log_level=self._log_level,
-        )
-        self.port = background.port
-        self.state.resetter = _resetter(background.server)
-        self._background = background
-        background.start()
-        return self
+    def _attach(self, server: uvicorn.Server) -> None:
+        self.state.resetter = _resetter(server)
 
-    def stop(self) -> None:
-        """End open streams, stop the server and join its thread."""
-        background, self._background = self._background, None
-        if background is None:
-            return
-        if background.running:
-            with contextlib.suppress(Exception):
-                background.run_in_loop(self.engine.stop())
-        background.stop()
-
-    def __enter__(self) -> LabServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def call_in_loop(self, fn: Callable[[], _T]) -> _T:
-        """Call ``fn`` on the lab's event loop, where the engine lives."""
-        if self._background is None:
-            return fn()
-        return self._background.call_in_loop(fn)
+    def _detach(self, background: BackgroundServer) -> None:
+        # End open streams first, so their writers finish before uvicorn shuts down.
+        with contextlib.suppress(Exception):
+            background.run_in_loop(self.engine.stop())
