@@ -56,6 +56,8 @@ def test_metrics_are_consistent_with_the_recordings(tmp_path: Path) -> None:
             # that fails, so every kind of ending shows up once.
             upstream(lab, "again", fault="stall-after=2:forever", priority=1),
             failover={"policy": "continue"},
+            # The stalled fallback has nowhere to go: it is waited out this long, then cut.
+            watchdog={"give_up_timeout": "500ms"},
         )
         with GatewayServer(config, recorder=recorder) as gateway:
             client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)

@@ -90,3 +90,28 @@ async def test_a_guard_on_the_fake_clock_fires_exactly_at_the_stall() -> None:
     await clock.run_until_idle()
     await asyncio.gather(*tasks)
     assert fired == [(700 * MS, StallKind.INTER_TOKEN)]
+
+
+def test_a_waived_silence_runs_to_the_give_up_bound_then_rearms_on_a_token() -> None:
+    watchdog = make()
+    watchdog.start(0)
+    watchdog.token(50 * MS)
+    assert watchdog.expired(350 * MS) is StallKind.INTER_TOKEN
+    watchdog.waive(give_up_ns=5_000 * MS)
+    assert watchdog.waived
+    assert watchdog.deadline() == 5_050 * MS
+    assert watchdog.expired(5_049 * MS) is None
+    assert watchdog.expired(5_050 * MS) is StallKind.INTER_TOKEN  # final: not waived twice
+    watchdog.token(5_040 * MS)
+    assert not watchdog.waived
+    assert watchdog.deadline() == 5_340 * MS
+
+
+def test_a_finished_watchdog_is_not_rearmed_by_a_waiver() -> None:
+    watchdog = make()
+    watchdog.start(0)
+    watchdog.finish()
+    watchdog.waive(give_up_ns=5_000 * MS)
+    assert watchdog.deadline() is None
+    watchdog.token(10 * MS)
+    assert watchdog.deadline() is None

@@ -190,6 +190,12 @@ class WatchdogConfig(_Section):
     stall_timeout: Duration = Field(
         1_500_000_000, gt=0, description="longest silence between two tokens"
     )
+    give_up_timeout: Duration = Field(
+        30_000_000_000,
+        gt=0,
+        description="with nowhere to fail over to, the longest silence waited out before the"
+        " stream ends with an in-band error (failover.wait_without_fallback)",
+    )
 
 
 class FailoverConfig(_Section):
@@ -200,6 +206,12 @@ class FailoverConfig(_Section):
     )
     before_first_token: bool = Field(True, description="retry on the next upstream")
     max_attempts: int = Field(3, ge=1, le=16, description="upstream attempts per request")
+    wait_without_fallback: bool = Field(
+        True,
+        description="mid-stream, when there is no upstream to fail over to, a stall is counted"
+        " and waited out (up to watchdog.give_up_timeout) instead of ending the stream"
+        " (policy off still ends it)",
+    )
     retry_statuses: tuple[int, ...] = Field(
         (408, 429, 500, 502, 503, 504), description="statuses that try the next upstream"
     )

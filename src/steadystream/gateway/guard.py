@@ -58,7 +58,14 @@ class Guard:
             wake = stuck.next_check(now)
             if attempt is not None and attempt.task is not None and not attempt.task.done():
                 expired = attempt.watchdog.expired(now)
-                if expired is not None:
+                watchdog = attempt.watchdog
+                if expired is not None and not watchdog.waived and relay.waits_out_stall():
+                    self._count_stall(attempt, expired)
+                    watchdog.waive(relay.state.config.watchdog.give_up_timeout)
+                    deadline = watchdog.deadline()
+                    if deadline is not None:
+                        wake = min(wake, deadline)
+                elif expired is not None:
                     self._stall(attempt, expired)
                 else:
                     deadline = attempt.watchdog.deadline()
@@ -87,15 +94,23 @@ class Guard:
         if kind is StallKind.FIRST_TOKEN:
             cause = Cause.FIRST_TOKEN_TIMEOUT
             message = f"no first token within {format_duration(watchdog.first_token_ns)}"
+        elif watchdog.waived:
+            cause = Cause.STALL
+            give_up = self.relay.state.config.watchdog.give_up_timeout
+            message = f"no token for {format_duration(give_up)}, waited out with no fallback"
         else:
             cause = Cause.STALL
             message = f"no token for {format_duration(watchdog.stall_ns)}"
         attempt.failure = Failure(cause, message)
+        if not watchdog.waived:  # a silence waited out was counted when it began
+            self._count_stall(attempt, kind)
+        assert attempt.task is not None
+        attempt.task.cancel()
+
+    def _count_stall(self, attempt: Attempt, kind: StallKind) -> None:
         relay = self.relay
         labels = labels_of(relay.record)
         relay.state.metrics.stalls.labels(*labels[:3], attempt.upstream.name, kind.value).inc()
-        assert attempt.task is not None
-        attempt.task.cancel()
 
     def _cut_stuck(self) -> None:
         relay = self.relay

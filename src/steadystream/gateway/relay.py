@@ -294,19 +294,7 @@ class StreamRelay:
                 )
                 return
             while True:
-                tried = {info["upstream"] for info in self.record.attempts}
-                left = [u for u in self.candidates if u.name not in tried]
-                decision = decide(
-                    policy,
-                    self.progress,
-                    left,
-                    chat=self.request.chat,
-                    retry_before_first_token=config.failover.before_first_token,
-                    attempts_left=config.failover.max_attempts - self.attempts,
-                    continuable_prompt=self.request.prompt_is_text and self.request.choices == 1,
-                )
-                if self.request.choices != 1 and self.progress.first_token:
-                    decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
+                decision = self._decide()
                 kind = policy.value if decision.action is Action.ERROR else decision.action.value
                 note = self._note_failover(attempt.upstream, failure, kind, decision.upstream)
                 if decision.action is Action.ERROR or decision.upstream is None:
@@ -336,6 +324,39 @@ class StreamRelay:
             attempt.rewriter = FallbackRewriter(
                 self.envelope, role_sent=self.progress.role_sent, matcher=matcher
             )
+
+    def _decide(self) -> Decision:
+        """What a failure of the current attempt would lead to, now."""
+        config = self.state.config
+        tried = {info["upstream"] for info in self.record.attempts}
+        left = [u for u in self.candidates if u.name not in tried]
+        decision = decide(
+            Policy(config.failover.policy),
+            self.progress,
+            left,
+            chat=self.request.chat,
+            retry_before_first_token=config.failover.before_first_token,
+            attempts_left=config.failover.max_attempts - self.attempts,
+            continuable_prompt=self.request.prompt_is_text and self.request.choices == 1,
+        )
+        if self.request.choices != 1 and self.progress.first_token:
+            decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
+        return decision
+
+    def waits_out_stall(self) -> bool:
+        """Whether a mid-stream stall should be waited out rather than end the stream.
+
+        Failing over is the remedy for a stall; where there is no fallback, ending the stream
+        would turn a pause the user may sit through into an answer cut short. Policy ``off``
+        asks for the cut, and a first token that never comes is not waited for forever.
+        """
+        failover = self.state.config.failover
+        return (
+            failover.wait_without_fallback
+            and failover.policy != Policy.OFF.value
+            and self.progress.first_token
+            and self._decide().action is Action.ERROR
+        )
 
     def _note_failover(
         self,

@@ -40,6 +40,7 @@ class Watchdog:
         "_deadline",
         "_paused_at",
         "_seen_token",
+        "_waived",
         "first_token_ns",
         "last_token_ns",
         "stall_ns",
@@ -53,6 +54,7 @@ class Watchdog:
         self._deadline: Nanos | None = None
         self._paused_at: Nanos | None = None
         self._seen_token = False
+        self._waived = False
         self.last_token_ns: Nanos | None = None
 
     def start(self, now: Nanos) -> None:
@@ -66,10 +68,26 @@ class Watchdog:
         self.last_token_ns = now
         if self._deadline is not None:
             self._deadline = now + self.stall_ns
+            self._waived = False
 
     def finish(self) -> None:
         """The upstream finished generating: no deadline any more."""
         self._deadline = None
+        self._waived = False
+
+    def waive(self, give_up_ns: Nanos) -> None:
+        """Let this silence run on, up to ``give_up_ns`` after the last token (there is
+        nowhere better to go); the next token re-arms the usual stall deadline."""
+        if self._deadline is None:
+            return
+        base = self.last_token_ns if self.last_token_ns is not None else self._deadline
+        self._deadline = max(self._deadline, base + give_up_ns)
+        self._waived = True
+
+    @property
+    def waived(self) -> bool:
+        """The silence now running was already let run on once: its next expiry is final."""
+        return self._waived
 
     def pause(self, now: Nanos) -> None:
         """The relay stopped reading upstream (its buffer is full)."""
