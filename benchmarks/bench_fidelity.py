@@ -25,18 +25,16 @@ import argparse
 import contextlib
 import json
 import resource
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from steadystream._processes import Child, free_port, steadystream_command
 from steadystream._units import parse_duration
 from steadystream.bench import (
     Bench,
@@ -90,50 +88,16 @@ class Level:
     elapsed_s: float
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def lab_process(scenario: Path, record: Path) -> Iterator[str]:
     """The lab in its own process; yields its origin URL and stops it on exit."""
     port = free_port()
-    command = [sys.executable, "-c", "from steadystream.cli import main; main()"]
-    process = subprocess.Popen(
-        [
-            *command,
-            "lab",
-            "--scenario",
-            str(scenario),
-            "--port",
-            str(port),
-            "--record",
-            str(record),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the lab did not start") from None
-                time.sleep(0.05)
+    command = steadystream_command(
+        "lab", "--scenario", str(scenario), "--port", str(port), "--record", str(record)
+    )
+    with Child("the lab", command, health_url=f"{url}/healthz", start_timeout_s=60):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def bench_level(base_url: str, streams: int, tokens: int, ramp_ns: int):  # type: ignore[no-untyped-def]

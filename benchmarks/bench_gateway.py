@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,18 +40,13 @@ import aiohttp
 import numpy as np
 import orjson
 
+from steadystream._processes import free_port
 from steadystream.files import read_timelines
 from steadystream.protocol import SseDecoder, SseEvent
 
 _CLI = "from steadystream.cli import main; main()"
 BENCH_KEY = "sk-bench-local-only"  # LiteLLM's proxy refuses to start without a master key
 _TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(url: str, timeout: float = 60.0) -> None:

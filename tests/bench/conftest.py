@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from steadystream._processes import Child, free_port, steadystream_command
 from steadystream.bench import (
     Bench,
     ClosedLoop,
@@ -46,34 +42,11 @@ class LabProcess:
 @contextlib.contextmanager
 def lab_in_a_process(scenario: str = "steady") -> Iterator[LabProcess]:
     """The lab in its own process, as in production: it shares no GIL with the client."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-c", "from steadystream.cli import main; main()"]
-    process = subprocess.Popen(
-        [*command, "lab", "--port", str(port), "--scenario", scenario],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the lab process did not start") from None
-                time.sleep(0.05)
+    command = steadystream_command("lab", "--port", str(port), "--scenario", scenario)
+    with Child("the lab process", command, health_url=f"{url}/healthz"):
         yield LabProcess(url)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import pytest_asyncio
 from aiohttp import abc, web
 
 from steadystream import Outcome
+from steadystream._processes import free_port
 from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, RunResult, Workload
 from steadystream.bench.workload import builtin_prompts
 from steadystream.lab import LabServer, scenario_from_mapping
@@ -85,9 +86,7 @@ async def one(base_url: str, **bench: Any) -> RunResult:
 
 
 def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])  # closed again on exit: nothing listens
+    return free_port()  # closed again once found: nothing listens there
 
 
 @pytest.mark.asyncio

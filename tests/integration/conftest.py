@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from steadystream._processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_MODEL = "gemma-3-270m"  # the alias llama.cpp serves the model under
 _INSTALL_HINT = "run `make real-parts` (it installs what `make test` needs)"
 _START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def require_binary(name: str) -> str:

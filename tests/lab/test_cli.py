@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from steadystream import Where
+from steadystream._processes import free_port as _free_port
 from steadystream.cli import _register, app
 from steadystream.files import read_jsonl
 from steadystream.lab import PRESETS
@@ -37,13 +37,6 @@ def test_a_bad_scenario_exits_with_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["lab", "--scenario", str(path)])
     assert result.exit_code == 2
     assert "scheduler.step_base_ms" in result.output
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.integration

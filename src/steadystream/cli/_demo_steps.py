@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from steadystream._exceptions import SteadystreamError
-from steadystream.cli._processes import Child, free_port, run_command, steadystream_command
+from steadystream._processes import Child, free_port, run_command, steadystream_command
 
 __all__ = ["DemoPlan", "run_demo"]
 

@@ -1,4 +1,5 @@
-"""Child processes for commands that orchestrate others (the demo): start, wait, stop by pid."""
+"""Child processes we start (the demo's servers, labs for tests and benchmarks): start, wait
+until they answer, stop by pid."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from types import TracebackType
 
 from steadystream._exceptions import SteadystreamError
 
-__all__ = ["Child", "free_port", "run_command"]
+__all__ = ["Child", "free_port", "run_command", "steadystream_command"]
 
 
 def free_port() -> int:
@@ -32,17 +33,31 @@ def steadystream_command(*args: str) -> list[str]:
 class Child:
     """A server we started: waits until it answers, and is always stopped by its pid."""
 
-    def __init__(self, name: str, args: Sequence[str], *, health_url: str, log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        health_url: str,
+        log: Path | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
         self.name = name
         self.args = list(args)
         self.health_url = health_url
-        self.log = log
+        self.log = log  # None: the child's output is discarded
+        self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Child:
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
-        self._wait_healthy(timeout_s=30.0)
+        if self.log is None:
+            self.process = subprocess.Popen(
+                self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        else:
+            with self.log.open("wb") as out:
+                self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+        self._wait_healthy(timeout_s=self.start_timeout_s)
         return self
 
     def __exit__(
@@ -73,9 +88,9 @@ class Child:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 self.stop()
+                where = f"; its output is in {self.log}" if self.log is not None else ""
                 raise SteadystreamError(
-                    f"{self.name} exited with code {self.process.returncode} at start; "
-                    f"its output is in {self.log}"
+                    f"{self.name} exited with code {self.process.returncode} at start{where}"
                 )
             try:
                 with urllib.request.urlopen(self.health_url, timeout=1.0) as answer:
