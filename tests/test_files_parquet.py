@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import steadystream
+import steadystream.files
 from steadystream import SCHEMA, InputError, Outcome, TimelineFormatError
 from steadystream.files import read_parquet, write_parquet
 from tests.test_files import STREAMS, bare_stream
@@ -69,8 +69,8 @@ def test_parquet_without_pyarrow_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    monkeypatch.delitem(sys.modules, "steadystream._parquet", raising=False)
-    monkeypatch.delattr(steadystream, "_parquet", raising=False)
+    monkeypatch.delitem(sys.modules, "steadystream.files._parquet", raising=False)
+    monkeypatch.delattr(steadystream.files, "_parquet", raising=False)
     with pytest.raises(InputError, match=r"pip install steadystream\[parquet\]"):
         write_parquet(tmp_path / "run.parquet", STREAMS)
 

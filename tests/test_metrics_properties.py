@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from steadystream import Event, EventKind, Timeline
-from steadystream._segments import lindley, segment_percentiles, segment_running_max
 from steadystream.metrics import STREAM_COLUMNS, MetricConfig, fleet_metrics, stream_table
+from steadystream.metrics._segments import lindley, segment_percentiles, segment_running_max
 from tests.metrics_reference import reference
 
 MS = 1_000_000

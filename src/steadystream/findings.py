@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._per_stream import ARRIVAL_WINDOW_NS
 from steadystream._types import Where
 from steadystream._units import format_duration
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
+from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
 
 __all__ = ["Finding", "find"]
 

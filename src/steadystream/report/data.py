@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._segments import segment_percentiles, segment_starts, segment_sum
 from steadystream._types import TEXT_KINDS
 from steadystream.metrics import LABEL_DIMENSIONS, FleetMetrics
+from steadystream.metrics._segments import segment_percentiles, segment_starts, segment_sum
 from steadystream.timeline import Timeline
 
 __all__ = [

@@ -18,7 +18,9 @@ from typing import Any, NoReturn
 import numpy as np
 import orjson
 
-from steadystream._blocks import (
+from steadystream._exceptions import InputError, TimelineFormatError
+from steadystream._types import Outcome, TokenSource, Where
+from steadystream.files._blocks import (
     COUNT_FIELDS,
     EVENT_LISTS,
     INT32_MAX,
@@ -29,8 +31,6 @@ from steadystream._blocks import (
     packers,
     unpack,
 )
-from steadystream._exceptions import InputError, TimelineFormatError
-from steadystream._types import Outcome, TokenSource, Where
 from steadystream.timeline import SCHEMA, Timeline
 
 __all__ = ["check_schema", "decode_lines", "encode_records", "stream_fields"]

@@ -18,9 +18,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from steadystream._blocks import COUNT_FIELDS, assemble, concat
 from steadystream._exceptions import InputError, TimelineFormatError
-from steadystream._records import check_schema, encode_records, stream_fields
+from steadystream.files._blocks import COUNT_FIELDS, assemble, concat
+from steadystream.files._records import check_schema, encode_records, stream_fields
 from steadystream.timeline import SCHEMA, Timeline
 
 __all__ = ["read_parquet", "write_parquet"]

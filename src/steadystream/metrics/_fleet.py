@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._per_stream import MetricConfig, StreamTable, stream_table
 from steadystream._types import Outcome
+from steadystream.metrics._config import MetricConfig
+from steadystream.metrics._per_stream import StreamTable, stream_table
 from steadystream.timeline import Timeline
 
 __all__ = ["LABEL_DIMENSIONS", "FleetMetrics", "fleet_metrics", "worst_streams"]

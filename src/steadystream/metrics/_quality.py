@@ -8,21 +8,17 @@ Definitions and their differences from the papers: docs/metrics.md#qoe, #fluidit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._segments import (
+from steadystream.metrics._config import MetricConfig
+from steadystream.metrics._segments import (
     lindley,
     segment_ids,
     segment_running_max,
     segment_starts,
     segment_sum,
 )
-
-if TYPE_CHECKING:
-    from steadystream._per_stream import MetricConfig
 
 __all__ = ["andes_qoe", "fluidity"]
 

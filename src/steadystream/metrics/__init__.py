@@ -11,16 +11,16 @@ at 20 ms while its worst gap is 2 s.
     >>> fleet_metrics(table).p99_of_worst_gap_s  # the fleet
 """
 
-from steadystream._fleet import (
+from steadystream.metrics._config import MetricConfig
+from steadystream.metrics._fleet import (
     LABEL_DIMENSIONS,
     FleetMetrics,
     TtftGroup,
     fleet_metrics,
     worst_streams,
 )
-from steadystream._per_stream import (
+from steadystream.metrics._per_stream import (
     STREAM_COLUMNS,
-    MetricConfig,
     StreamMetrics,
     StreamTable,
     stream_metrics,

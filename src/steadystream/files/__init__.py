@@ -1,0 +1,93 @@
+"""Timeline files: JSONL (schema ``steadystream.timeline/1``), gzip-compressed JSONL, Parquet.
+
+docs/format.md describes every key. Files are written so that they always read back (the writer
+refuses a timeline the reader would reject), and a file cut off by a crash still loads: the cut
+last line is reported, not fatal. Prompts and completions are stored only when asked for.
+
+JSONL is written and read by ``_jsonl`` (lines parsed by ``_records``, event arrays checked and
+cut by ``_blocks``); Parquet by ``_parquet``, imported only when used, as pyarrow is optional.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+
+from steadystream._exceptions import InputError
+from steadystream.files._jsonl import (
+    JsonlReader,
+    JsonlWriter,
+    PathLike,
+    ReadResult,
+    iter_jsonl,
+    read_jsonl,
+    write_jsonl,
+)
+from steadystream.timeline import Timeline
+
+__all__ = [
+    "JsonlReader",
+    "JsonlWriter",
+    "PathLike",
+    "ReadResult",
+    "iter_jsonl",
+    "read_jsonl",
+    "read_parquet",
+    "read_timelines",
+    "write_jsonl",
+    "write_parquet",
+    "write_timelines",
+]
+
+
+# -- Parquet and dispatch ---------------------------------------------------------------------
+
+
+def write_parquet(path: PathLike, timelines: Iterable[Timeline], *, keep_text: bool = False) -> int:
+    """Write timelines as a Parquet file, one row per stream; needs pyarrow."""
+    with _needs_pyarrow():
+        from steadystream.files import _parquet
+    return _parquet.write_parquet(os.fspath(path), timelines, keep_text=keep_text)
+
+
+def read_parquet(path: PathLike) -> list[Timeline]:
+    """Load the timelines of a Parquet file written by :func:`write_parquet`; needs pyarrow."""
+    with _needs_pyarrow():
+        from steadystream.files import _parquet
+    return _parquet.read_parquet(os.fspath(path))
+
+
+@contextlib.contextmanager
+def _needs_pyarrow() -> Iterator[None]:
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != "pyarrow":
+            raise
+        raise InputError("Parquet files need pyarrow: pip install steadystream[parquet]") from exc
+
+
+_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+
+
+def read_timelines(path: PathLike) -> ReadResult:
+    """Load a timeline file, choosing the format by suffix: .jsonl, .jsonl.gz or .parquet."""
+    name = os.fspath(path)
+    if name.endswith(".parquet"):
+        return ReadResult(read_parquet(name))
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return read_jsonl(name)
+    raise InputError(f"{name}: unknown timeline file suffix; expected one of {_SUFFIXES}")
+
+
+def write_timelines(
+    path: PathLike, timelines: Iterable[Timeline], *, keep_text: bool = False
+) -> int:
+    """Write a timeline file, choosing the format by suffix: .jsonl, .jsonl.gz or .parquet."""
+    name = os.fspath(path)
+    if name.endswith(".parquet"):
+        return write_parquet(name, timelines, keep_text=keep_text)
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return write_jsonl(name, timelines, keep_text=keep_text)
+    raise InputError(f"{name}: unknown timeline file suffix; expected one of {_SUFFIXES}")

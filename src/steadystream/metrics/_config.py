@@ -1,0 +1,45 @@
+"""What the metrics are measured against: thresholds and the experience models' parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MetricConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricConfig:
+    """Thresholds and model parameters; defaults are the field's (docs/metrics.md#defaults)."""
+
+    stall_threshold_ns: int = 400_000_000
+    ttft_target_ns: int = 800_000_000
+    jitter_flag: float = 5.0
+    head_window_ns: int = 200_000_000
+    qoe_expected_ttft_ns: int = 1_000_000_000
+    qoe_pace_ns_per_token: int = 100_000_000  # 10 tokens/s, about 7.5 words/s
+    qoe_form: str = "exact"  # or "discrete": the issue's discrete form, for comparison
+    fluidity_prompt_deadline_ns: int = 100_000_000
+    fluidity_decode_deadline_ns: int = 50_000_000
+    fluidity_form: str = "documented"  # or "code": one long gap counts as several misses
+
+    def __post_init__(self) -> None:
+        positive = (
+            "stall_threshold_ns",
+            "ttft_target_ns",
+            "head_window_ns",
+            "qoe_expected_ttft_ns",
+            "qoe_pace_ns_per_token",
+            "fluidity_prompt_deadline_ns",
+            "fluidity_decode_deadline_ns",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.jitter_flag <= 1:
+            raise ValueError(f"jitter_flag must be above 1, got {self.jitter_flag}")
+        if self.qoe_form not in ("exact", "discrete"):
+            raise ValueError(f"qoe_form must be 'exact' or 'discrete', got {self.qoe_form!r}")
+        if self.fluidity_form not in ("documented", "code"):
+            raise ValueError(
+                f"fluidity_form must be 'documented' or 'code', got {self.fluidity_form!r}"
+            )
