@@ -1,4 +1,10 @@
-"""Durations as people type them: ``400ms``, ``1.5s``, ``500us``, ``2m``."""
+"""Durations and shares as people type and read them: the one place numbers get their form.
+
+``400ms``, ``1.5s``, ``500us``, ``2m`` are read by :func:`parse_duration`; every duration,
+share and plain number the CLI, the report, the gate and the demo show is written by the
+formatters here (as rich keeps every size in ``filesize.py``), so the same value reads the
+same everywhere. Undefined values (None, NaN) are shown as ``—``, never as 0.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,18 @@ import re
 
 from steadystream._exceptions import SpecError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = [
+    "UNDEFINED",
+    "format_count",
+    "format_duration",
+    "format_number",
+    "format_seconds",
+    "format_share",
+    "parse_duration",
+]
+
+UNDEFINED = "—"
+"""How a value that could not be computed is shown."""
 
 _UNITS_NS = {
     "ns": 1,
@@ -45,8 +62,9 @@ def parse_duration(text: str, *, name: str = "duration") -> int:
 
 def format_duration(ns: int | float | None) -> str:
     """A short human form: ``850µs``, ``33.0ms``, ``2.00s``; ``—`` for None."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "—"
+    if _undefined(ns):
+        return UNDEFINED
+    assert ns is not None
     magnitude = abs(ns)
     if magnitude < 1_000:
         return f"{ns:.0f}ns"
@@ -55,3 +73,51 @@ def format_duration(ns: int | float | None) -> str:
     if magnitude < 1_000_000_000:
         return f"{ns / 1_000_000:.1f}ms"
     return f"{ns / 1_000_000_000:.2f}s"
+
+
+def format_seconds(seconds: float | None, *, narrow: bool = False) -> str:
+    """A duration given in seconds; ``narrow`` for tight columns: ``0``, ``4.2ms``, ``85ms``.
+
+    The wide form is :func:`format_duration`'s (``33.0ms``, ``2.00s``); the narrow one drops
+    the decimal above 10 ms, where it is noise at a glance.
+    """
+    if _undefined(seconds):
+        return UNDEFINED
+    assert seconds is not None
+    if not narrow:
+        return format_duration(seconds * 1e9)
+    magnitude = abs(seconds)
+    if magnitude == 0:
+        return "0"
+    if magnitude < 1e-3:
+        return f"{seconds * 1e6:.0f}µs"
+    if magnitude < 10e-3:
+        return f"{seconds * 1e3:.1f}ms"
+    if magnitude < 1:
+        return f"{seconds * 1e3:.0f}ms"
+    return f"{seconds:.2f}s"
+
+
+def format_share(share: float | None, *, narrow: bool = False) -> str:
+    """A share of 0-1 as a percentage: ``87.5%``, or ``88%`` when ``narrow``."""
+    if _undefined(share):
+        return UNDEFINED
+    return f"{share:.0%}" if narrow else f"{share:.1%}"
+
+
+def format_count(value: float | None) -> str:
+    """A whole number with thousands separated: ``1,250``."""
+    if _undefined(value):
+        return UNDEFINED
+    return f"{value:,.0f}"
+
+
+def format_number(value: float | None, digits: int = 2) -> str:
+    """A plain number (a ratio, a score, a count) with ``digits`` decimals."""
+    if _undefined(value):
+        return UNDEFINED
+    return f"{value:.{digits}f}"
+
+
+def _undefined(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

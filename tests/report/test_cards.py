@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from steadystream.metrics import FleetMetrics, fleet_metrics
+from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, fleet_metrics
 from steadystream.report.cards import Card, headline_cards
 from tests.report.conftest import steady
 
@@ -60,15 +60,25 @@ def test_change_is_judged_by_direction(fleet: FleetMetrics) -> None:
     assert cards["unstable_share"].change_shown == "no change"
 
 
+P99 = FLEET_CATALOGUE["p99_of_p99_s"]
+
+
 def test_small_changes_are_the_same() -> None:
-    card = Card("p99_of_p99_s", "p99", "", 0.1005, 0.1, "duration", True, "gap-cdfs")
-    assert card.verdict == "same"
-    assert Card("x", "x", "", 0.102, 0.1, "duration", True, "c").verdict == "worse"
-    assert Card("x", "x", "", 0.9, 0.8, "share", False, "c").verdict == "better"
+    assert Card(P99, "", 0.1005, 0.1, "gap-cdfs").verdict == "same"
+    assert Card(P99, "", 0.102, 0.1, "c").verdict == "worse"
+    assert Card(FLEET_CATALOGUE["goodput"], "", 0.9, 0.8, "c").verdict == "better"
+    # a metric with no better direction is never painted better or worse
+    assert Card(FLEET_CATALOGUE["tokens_per_chunk_mean"], "", 3.0, 1.0, "c").verdict is None
+
+
+def test_cards_read_their_words_from_the_catalogue(fleet: FleetMetrics) -> None:
+    cards = {c.key: c for c in headline_cards(fleet)}
+    assert cards["p99_of_worst_gap_s"].label == FLEET_CATALOGUE["p99_of_worst_gap_s"].header
+    assert cards["goodput"].note == "streams with TTFT ≤ 800.0ms and no gap above 400.0ms"
 
 
 def test_undefined_values_show_a_dash() -> None:
-    card = Card("x", "x", "", None, 0.1, "duration", True, "c")
+    card = Card(P99, "", None, 0.1, "c")
     assert card.shown == "—"
     assert card.change is None
     assert card.verdict is None

@@ -9,11 +9,11 @@ A rule is ``METRIC=LIMIT``. METRIC is any single-number fleet metric
 - ``50ms``, ``0.2s``: absolute, for times;
 - ``3``: absolute, in the metric's own unit.
 
-Directions are known: higher is worse for times, stalls and the unstable share, lower is
-worse for goodput, QoE and fluidity. A sign may be written (``goodput=-2pt``,
-``unstable_share=+1pt``) and must then agree; a metric with no known direction (for example
-``tokens_per_chunk_mean``) needs one. A metric undefined in either run cannot be judged and
-is shown as ``n/a``, never as a pass or a failure.
+Directions come from the catalogue of fleet metrics (``metrics.FLEET_CATALOGUE``): higher is
+worse for times, stalls and the unstable share, lower is worse for goodput, QoE and fluidity.
+A sign may be written (``goodput=-2pt``, ``unstable_share=+1pt``) and must then agree; a
+metric with no known direction (for example ``tokens_per_chunk_mean``) needs one. A metric
+undefined in either run cannot be judged and is shown as ``n/a``, never as a pass or a failure.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from steadystream._exceptions import SpecError
 from steadystream._units import format_duration, parse_duration
-from steadystream.metrics import FleetMetrics
+from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, find_fleet_metric
 
 __all__ = [
     "DEFAULT_RULES",
@@ -47,36 +47,13 @@ DEFAULT_RULES = (
 )
 """The limits ``gate`` applies unless told otherwise (each can be overridden by name)."""
 
-# Settings of the run, not results: nothing to gate on.
-_NOT_RESULTS = frozenset({"stall_threshold_s", "ttft_target_s"})
-_LOWER_IS_WORSE = frozenset({"goodput", "qoe_mean", "fluidity_mean"})
-_HIGHER_IS_WORSE_EXTRA = frozenset(
-    {"unstable_share", "stall_count", "stalls_per_1k_tokens", "envelope_overhead_mean"}
-)
-_SHARES = frozenset({"goodput", "unstable_share"})
 _LIMIT = re.compile(r"^\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|pt|[a-zµ]+)?\s*$", re.IGNORECASE)
 _EPSILON = 1e-12  # float noise: a change exactly at the limit passes
 
 
 def gateable_metrics() -> list[str]:
     """Names a rule may use (each also accepted without its ``_s`` suffix)."""
-    return sorted(_scalar_names())
-
-
-def _scalar_names() -> set[str]:
-    # The fields FleetMetrics.scalars() returns: its numbers (annotations are strings here).
-    fields = FleetMetrics.__dataclass_fields__
-    numbers = {"int", "float", "float | None", "int | None"}
-    return {name for name, f in fields.items() if str(f.type) in numbers} - _NOT_RESULTS
-
-
-def _direction(metric: str) -> int | None:
-    """+1: higher is worse; -1: lower is worse; None: unknown."""
-    if metric in _LOWER_IS_WORSE:
-        return -1
-    if metric.endswith("_s") or metric in _HIGHER_IS_WORSE_EXTRA:
-        return +1
-    return None
+    return sorted(FLEET_CATALOGUE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +72,8 @@ class GateRule:
         name = name.strip()
         if not sep or not name:
             raise SpecError(f"--max-regression: expected METRIC=LIMIT, got {text!r}")
-        metric = _resolve(name)
+        info = find_fleet_metric(name, option="--max-regression")
+        metric = info.name
         match = _LIMIT.match(limit)
         if match is None:
             raise SpecError(
@@ -104,7 +82,7 @@ class GateRule:
             )
         sign, number, suffix = match.groups()
         suffix = (suffix or "").lower()
-        known = _direction(metric)
+        known = info.worse
         written = {"+": 1, "-": -1}.get(sign)
         if written is None and known is None:
             raise SpecError(
@@ -124,14 +102,15 @@ class GateRule:
         if suffix == "%":
             unit = "%"
         elif suffix == "pt":
-            if metric not in _SHARES:
+            if info.unit != "share":
+                shares = (i.name for i in FLEET_CATALOGUE.values() if i.unit == "share")
                 raise SpecError(
                     f"--max-regression {name}: 'pt' (percentage points) is for shares "
-                    f"({', '.join(sorted(_SHARES))}); use % instead"
+                    f"({', '.join(sorted(shares))}); use % instead"
                 )
             unit, value = "pt", value / 100
         elif suffix:
-            if not metric.endswith("_s"):
+            if info.unit != "seconds":
                 raise SpecError(f"--max-regression {name}: {metric} is not a time; use % instead")
             unit, value = "s", parse_duration(f"{number}{suffix}", name=name) / 1e9
         else:
@@ -155,17 +134,6 @@ class GateRule:
         bad = (current - baseline) * self.worse  # > 0: moved the bad way
         allowed = abs(baseline) * self.limit / 100 if self.unit == "%" else self.limit
         return "FAIL" if bad > allowed + _EPSILON else "pass"
-
-
-def _resolve(name: str) -> str:
-    names = _scalar_names()
-    for candidate in (name, f"{name}_s"):
-        if candidate in names:
-            return candidate
-    raise SpecError(
-        f"--max-regression: unknown metric {name!r}; known: "
-        + ", ".join(n.removesuffix("_s") for n in sorted(names))
-    )
 
 
 def parse_rules(texts: Iterable[str], *, defaults: bool = True) -> list[GateRule]:
@@ -230,24 +198,19 @@ def compare(baseline: FleetMetrics, current: FleetMetrics, rules: Sequence[GateR
 
 
 def show_value(metric: str, value: float | None) -> str:
-    """A metric's value as a person reads it."""
-    if value is None:
-        return "—"
-    if metric in _SHARES:
-        return f"{value:.1%}"
-    if metric.endswith("_s"):
-        return format_duration(value * 1e9)
-    return f"{value:.4g}"
+    """A metric's value as a person reads it (its catalogue entry's form)."""
+    return FLEET_CATALOGUE[metric].show(value)
 
 
 def _change(metric: str, baseline: float | None, current: float | None) -> str:
     if baseline is None or current is None:
         return "—"
     delta = current - baseline
-    if metric in _SHARES:
+    unit = FLEET_CATALOGUE[metric].unit
+    if unit == "share":
         return f"{delta * 100:+.2f}pt"
     relative = f"{delta / abs(baseline):+.1%}" if baseline else ("±0%" if not delta else "new")
-    if metric.endswith("_s"):
+    if unit == "seconds":
         sign = "+" if delta >= 0 else "-"
         return f"{relative} ({sign}{format_duration(abs(delta) * 1e9)})"
     return f"{relative} ({delta:+.4g})"

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from steadystream._clock import Clock
 from steadystream._exceptions import SpecError
 from steadystream._units import parse_duration
-from steadystream.bench.gate import gateable_metrics, show_value
-from steadystream.metrics import FleetMetrics
+from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, find_fleet_metric
 
 __all__ = [
     "DEFAULT_SLO",
@@ -61,11 +60,7 @@ class Objective:
                 f"--slo: cannot read {text!r} (examples: goodput>=99%, ttft_p95<=800ms)"
             )
         name, op, raw = match.groups()
-        names = gateable_metrics()
-        metric = next((n for n in (name, f"{name}_s") if n in names), None)
-        if metric is None:
-            known = ", ".join(n.removesuffix("_s") for n in names)
-            raise SpecError(f"--slo: unknown metric {name!r}; known: {known}")
+        metric = find_fleet_metric(name, option="--slo").name
         value = _objective_value(metric, raw, text)
         return cls(metric, op == ">=", value, text.strip())
 
@@ -78,11 +73,9 @@ class Objective:
 
     def describe(self, fleet: FleetMetrics) -> str:
         value = fleet.scalars().get(self.metric)
+        info = FLEET_CATALOGUE[self.metric]
         op = ">=" if self.at_least else "<="
-        return (
-            f"{self.metric.removesuffix('_s')} {show_value(self.metric, value)} "
-            f"(needs {op} {show_value(self.metric, self.value)})"
-        )
+        return f"{info.short_name} {info.show(value)} (needs {op} {info.show(self.value)})"
 
 
 def _objective_value(metric: str, raw: str, text: str) -> float:
@@ -92,7 +85,7 @@ def _objective_value(metric: str, raw: str, text: str) -> float:
             return float(raw[:-1]) / 100
         except ValueError:
             raise SpecError(f"--slo: cannot read {raw!r} in {text!r}") from None
-    if metric.endswith("_s"):
+    if FLEET_CATALOGUE[metric].unit == "seconds":
         return parse_duration(raw, name=f"--slo {text}") / 1e9
     try:
         return float(raw)

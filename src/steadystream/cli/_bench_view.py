@@ -22,7 +22,7 @@ from rich.text import Text
 
 from steadystream._exceptions import InputError
 from steadystream._types import Outcome
-from steadystream._units import format_duration
+from steadystream._units import format_seconds, format_share
 from steadystream.bench.gate import GateReport, show_value
 from steadystream.bench.health import token_notes
 from steadystream.bench.progress import ProgressSnapshot, RunProgress
@@ -40,10 +40,6 @@ __all__ = [
 ]
 
 _REFRESH_S = 0.5
-
-
-def _s(value: float | None) -> str:
-    return format_duration(None if value is None else value * 1e9)
 
 
 class LiveView:
@@ -100,10 +96,10 @@ def render_snapshot(
     stats = Table.grid(padding=(0, 3))
     stats.add_row(
         f"in flight [bold]{snap.in_flight}[/]",
-        f"p99 of p99 gap [bold]{_s(snap.p99_of_p99_s)}[/]",
-        f"p99 of worst gap [bold]{_s(snap.p99_of_worst_gap_s)}[/]",
-        f"goodput [bold]{'—' if snap.goodput is None else f'{snap.goodput:.1%}'}[/]",
-        f"TTFT p95 [bold]{_s(snap.ttft_p95_s)}[/]",
+        f"p99 of p99 gap [bold]{format_seconds(snap.p99_of_p99_s)}[/]",
+        f"p99 of worst gap [bold]{format_seconds(snap.p99_of_worst_gap_s)}[/]",
+        f"goodput [bold]{format_share(snap.goodput)}[/]",
+        f"TTFT p95 [bold]{format_seconds(snap.ttft_p95_s)}[/]",
         f"errors [bold {'red' if snap.errors else ''}]{snap.errors}[/]",
         f"client-lagged [bold]{snap.lagged_streams}[/]",
     )
@@ -225,10 +221,10 @@ def _sweep_row(point: SweepPoint) -> list[str]:
     return [
         f"{point.load:g}",
         str(fleet.streams),
-        show_value("goodput", fleet.goodput),
-        _s(fleet.ttft_p95_s),
-        _s(fleet.p99_of_p99_s),
-        _s(fleet.p99_of_worst_gap_s),
+        format_share(fleet.goodput),
+        format_seconds(fleet.ttft_p95_s),
+        format_seconds(fleet.p99_of_p99_s),
+        format_seconds(fleet.p99_of_worst_gap_s),
         str(errors),
         verdict,
     ]

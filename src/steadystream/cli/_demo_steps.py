@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,38 +138,30 @@ def _bench(plan: DemoPlan, url: str, output: Path, extra: list[str], log: Path) 
         raise SteadystreamError(f"bench failed (exit {code}); see {log}")
 
 
+_SUMMARY_ROWS = (
+    "streams",
+    "p99_of_worst_gap_s",
+    "p99_of_p99_s",
+    "goodput",
+    "stalls_per_1k_tokens",
+    "ttft_p95_s",
+    "qoe_mean",
+)
+
+
 def _summary(console: Console, direct_run: Path, paced_run: Path, plan: DemoPlan) -> None:
-    from steadystream._units import format_duration
     from steadystream.files import read_timelines
-    from steadystream.metrics import fleet_metrics
+    from steadystream.metrics import FLEET_CATALOGUE, fleet_metrics
 
     direct = fleet_metrics(read_timelines(direct_run).timelines)
     paced = fleet_metrics(read_timelines(paced_run).timelines)
-
-    def seconds(v: float | None) -> str:
-        return format_duration(None if v is None else v * 1e9)
-
-    def share(v: float | None) -> str:
-        return "—" if v is None else f"{v:.1%}"
 
     table = Table(title="What the user felt", title_justify="left")
     table.add_column("metric")
     table.add_column("direct to the lab", justify="right")
     table.add_column(f"through the gateway, {plan.pacer}", justify="right")
-    rows: list[tuple[str, Callable[[float | None], str], str]] = [
-        ("streams", lambda v: "—" if v is None else f"{v:.0f}", "streams"),
-        ("p99 of worst gap", seconds, "p99_of_worst_gap_s"),
-        ("p99 of per-stream p99 gap", seconds, "p99_of_p99_s"),
-        ("ITL goodput (TTFT ≤ 800 ms, no gap > 400 ms)", share, "goodput"),
-        (
-            "stalls per 1,000 tokens",
-            lambda v: "—" if v is None else f"{v:.2f}",
-            "stalls_per_1k_tokens",
-        ),
-        ("TTFT p95", seconds, "ttft_p95_s"),
-        ("Andes QoE, mean", lambda v: "—" if v is None else f"{v:.3f}", "qoe_mean"),
-    ]
-    for label, show, attr in rows:
-        table.add_row(label, show(getattr(direct, attr)), show(getattr(paced, attr)))
+    for name in _SUMMARY_ROWS:
+        info = FLEET_CATALOGUE[name]
+        table.add_row(info.label, info.show(getattr(direct, name)), info.show(getattr(paced, name)))
     console.print(table)
     console.print(f"report: [bold]{plan.report.resolve()}[/]  (runs and logs in {plan.workdir})")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
-from steadystream._units import format_duration
+from steadystream._units import format_duration, format_seconds
 from steadystream.findings import Finding, find
 from steadystream.metrics import (
+    FLEET_CATALOGUE,
     FleetMetrics,
     MetricConfig,
     StreamMetrics,
@@ -57,43 +57,31 @@ def summarise(
     )
 
 
-def _s(value: float | None) -> str:
-    return format_duration(None if value is None else value * 1e9)
-
-
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-# (label, how to show it, FleetMetrics attribute); the headline rows come first.
-_ROWS: list[tuple[str, Any, str]] = [
-    ("streams", str, "streams"),
-    ("p99 of worst gap  (the freezes people watched)", _s, "p99_of_worst_gap_s"),
-    ("p99 of per-stream p99 gap  (tail of the tail)", _s, "p99_of_p99_s"),
-    ("ITL goodput", _share, "goodput"),
-    ("unstable streams (p99/p50 > flag)", _share, "unstable_share"),
-    ("stalls per 1,000 tokens", _num, "stalls_per_1k_tokens"),
-    ("p50 of worst gap", _s, "p50_of_worst_gap_s"),
-    ("p90 of worst gap", _s, "p90_of_worst_gap_s"),
-    ("p50 of per-stream p99 gap", _s, "p50_of_p99_s"),
-    ("p90 of per-stream p99 gap", _s, "p90_of_p99_s"),
-    ("TTFT p50", _s, "ttft_p50_s"),
-    ("TTFT p95", _s, "ttft_p95_s"),
-    ("TTFT p99", _s, "ttft_p99_s"),
-    ("TPOT p50  (an average: hides freezes)", _s, "tpot_p50_s"),
-    ("E2EL p50", _s, "e2el_p50_s"),
-    ("pooled gap p50  (vLLM's convention)", _s, "pooled_gap_p50_s"),
-    ("pooled gap p99  (vLLM's convention)", _s, "pooled_gap_p99_s"),
-    ("Andes QoE, mean", _num, "qoe_mean"),
-    ("Etalon fluidity, mean", _num, "fluidity_mean"),
-    ("tokens per chunk, mean", _num, "tokens_per_chunk_mean"),
-    ("wire bytes per content byte", _num, "envelope_overhead_mean"),
-    ("output tokens", str, "output_tokens"),
-]
+# The fleet table's rows, headline first; words and form come from the catalogue.
+_ROWS = (
+    "streams",
+    "p99_of_worst_gap_s",
+    "p99_of_p99_s",
+    "goodput",
+    "unstable_share",
+    "stalls_per_1k_tokens",
+    "p50_of_worst_gap_s",
+    "p90_of_worst_gap_s",
+    "p50_of_p99_s",
+    "p90_of_p99_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "e2el_p50_s",
+    "pooled_gap_p50_s",
+    "pooled_gap_p99_s",
+    "qoe_mean",
+    "fluidity_mean",
+    "tokens_per_chunk_mean",
+    "envelope_overhead_mean",
+    "output_tokens",
+)
 
 
 def print_summary(summary: Summary, console: Console | None = None) -> None:
@@ -111,8 +99,9 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     columns = {"all": summary.fleet, **summary.groups}
     for name in columns:
         table.add_column(name if name == "all" else f"{summary.by}={name}", justify="right")
-    for label, show, attr in _ROWS:
-        table.add_row(label, *(show(getattr(m, attr)) for m in columns.values()))
+    for name in _ROWS:
+        info = FLEET_CATALOGUE[name]
+        table.add_row(info.long_label, *(info.show(getattr(m, name)) for m in columns.values()))
     console.print(table)
 
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.fleet.outcomes.items()))
@@ -140,11 +129,11 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             )
             worst.add_row(
                 m.stream_id,
-                _s(m.max_gap_s),
+                format_seconds(m.max_gap_s),
                 at,
-                _s(m.gap_p99_s),
+                format_seconds(m.gap_p99_s),
                 str(m.stall_count or 0),
-                _s(m.ttft_s),
+                format_seconds(m.ttft_s),
                 str(m.output_tokens),
                 m.outcome.value,
             )

@@ -125,23 +125,31 @@ def print_whatif(result: WhatIf, console: Console) -> None:
             justify="right",
             style="bold green" if best else (None if outcome.within_limit else "dim"),
         )
+    from steadystream._units import format_seconds
+    from steadystream.metrics import FLEET_CATALOGUE
+
     before = result.before
     outcomes = result.pacers
-    rows: list[tuple[str, str, list[str]]] = [
-        ("TTFT+ p50", "", [_dur(o.added_ttft_p50_s) for o in outcomes]),
-        ("TTFT+ p99", "", [_dur(o.added_ttft_p99_s) for o in outcomes]),
-        ("p99 gap", _dur(before.p99_of_p99_s), [_dur(o.after.p99_of_p99_s) for o in outcomes]),
-        (
-            "worst gap",
-            _dur(before.p99_of_worst_gap_s),
-            [_dur(o.after.p99_of_worst_gap_s) for o in outcomes],
-        ),
-        ("stalls", str(before.stall_count), [str(o.after.stall_count) for o in outcomes]),
-        ("goodput", _share(before.goodput), [_share(o.after.goodput) for o in outcomes]),
-        ("tail p99", "", [_dur(o.tail_delay_p99_s) for o in outcomes]),
-        ("TTFT p99", _dur(before.ttft_p99_s), [_dur(o.after.ttft_p99_s) for o in outcomes]),
-        ("QoE", _num(before.qoe_mean), [_num(o.after.qoe_mean) for o in outcomes]),
-        ("fluidity", _num(before.fluidity_mean), [_num(o.after.fluidity_mean) for o in outcomes]),
+
+    def fleet_row(name: str) -> tuple[str, str, list[str]]:
+        info = FLEET_CATALOGUE[name]
+        after = [info.show(getattr(o.after, name), narrow=True) for o in outcomes]
+        return info.header, info.show(getattr(before, name), narrow=True), after
+
+    def added(label: str, values: list[float | None]) -> tuple[str, str, list[str]]:
+        return label, "", [format_seconds(v, narrow=True) for v in values]
+
+    rows = [
+        added("TTFT+ p50", [o.added_ttft_p50_s for o in outcomes]),
+        added("TTFT+ p99", [o.added_ttft_p99_s for o in outcomes]),
+        fleet_row("p99_of_p99_s"),
+        fleet_row("p99_of_worst_gap_s"),
+        fleet_row("stall_count"),
+        fleet_row("goodput"),
+        added("tail p99", [o.tail_delay_p99_s for o in outcomes]),
+        fleet_row("ttft_p99_s"),
+        fleet_row("qoe_mean"),
+        fleet_row("fluidity_mean"),
     ]
     for label, recorded, values in rows:
         table.add_row(label, recorded, *values)
@@ -153,40 +161,18 @@ def print_whatif(result: WhatIf, console: Console) -> None:
         elif not outcome.within_limit:
             note = "  (adds more TTFT than allowed)"
         console.print(f"{index}  {outcome.spec}{note}", highlight=False)
-    threshold = _dur(result.config.stall_threshold_ns / 1e9)
+    threshold = format_seconds(result.config.stall_threshold_ns / 1e9, narrow=True)
     console.print(
         "TTFT+: time to first token added; tail: how long the end of the answer was held "
-        "back (both per stream). p99 gap: p99 of the per-stream p99 gaps; worst gap: p99 of "
-        f"the per-stream worst gaps; stalls: gaps above {threshold}.",
+        "back (both per stream). p99 gap, p99: p99 of the per-stream p99 gaps; worst gap, "
+        f"p99: p99 of the per-stream worst gaps; stalls: gaps above {threshold}.",
         highlight=False,
     )
     rule = "best: fewest stalls, then lowest worst gap, p99 gap, tail p99"
     if limit is not None:
-        rule += f"; only pacers adding at most {_dur(limit / 1e9)} TTFT at p99"
+        rule += (
+            f"; only pacers adding at most {format_seconds(limit / 1e9, narrow=True)} TTFT at p99"
+        )
     if result.best is None:
         rule += " (none qualifies)"
     console.print(rule, highlight=False)
-
-
-def _dur(seconds: float | None) -> str:
-    """Short durations for narrow columns: 0, 850µs, 4.2ms, 85ms, 2.81s."""
-    if seconds is None:
-        return "—"
-    magnitude = abs(seconds)
-    if magnitude == 0:
-        return "0"
-    if magnitude < 1e-3:
-        return f"{seconds * 1e6:.0f}µs"
-    if magnitude < 10e-3:
-        return f"{seconds * 1e3:.1f}ms"
-    if magnitude < 1:
-        return f"{seconds * 1e3:.0f}ms"
-    return f"{seconds:.2f}s"
-
-
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"

@@ -9,8 +9,15 @@ at 20 ms while its worst gap is 2 s.
     >>> table = stream_table(timelines)          # one row per stream, NaN = undefined
     >>> stream_metrics(timelines[0]).max_gap_s   # one stream, None = undefined
     >>> fleet_metrics(table).p99_of_worst_gap_s  # the fleet
+    >>> FLEET_CATALOGUE["goodput"].show(0.875)   # '87.5%': how every view shows it
 """
 
+from steadystream.metrics._catalogue import (
+    FLEET_CATALOGUE,
+    RUN_SETTINGS,
+    MetricInfo,
+    find_fleet_metric,
+)
 from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._fleet import (
     LABEL_DIMENSIONS,
@@ -28,13 +35,17 @@ from steadystream.metrics._per_stream import (
 )
 
 __all__ = [
+    "FLEET_CATALOGUE",
     "LABEL_DIMENSIONS",
+    "RUN_SETTINGS",
     "STREAM_COLUMNS",
     "FleetMetrics",
     "MetricConfig",
+    "MetricInfo",
     "StreamMetrics",
     "StreamTable",
     "TtftGroup",
+    "find_fleet_metric",
     "fleet_metrics",
     "stream_metrics",
     "stream_table",

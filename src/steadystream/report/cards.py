@@ -1,8 +1,9 @@
 """Headline cards: the run's key numbers, each with its baseline and the change.
 
-A change is judged by the metric's direction: lower is better for latencies, stalls and the
-unstable share, higher for ITL goodput. A change within 1% of the larger of the two values
-counts as the same, so run-to-run noise is not painted as a regression.
+A change is judged by the metric's direction in the catalogue (``metrics.FLEET_CATALOGUE``):
+lower is better for latencies, stalls and the unstable share, higher for ITL goodput. A change
+within 1% of the larger of the two values counts as the same, so run-to-run noise is not
+painted as a regression.
 """
 
 from __future__ import annotations
@@ -11,28 +12,45 @@ from dataclasses import dataclass
 from typing import Literal
 
 from steadystream._units import format_duration
-from steadystream.metrics import FleetMetrics
+from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, MetricInfo
 
 __all__ = ["SAME_WITHIN", "Card", "headline_cards"]
 
 SAME_WITHIN = 0.01
 
-Kind = Literal["duration", "share", "rate"]
 Verdict = Literal["better", "worse", "same"]
+
+# The cards in reading order, each with the id of the chart that shows it.
+_CARDS = (
+    ("ttft_p50_s", "ttft"),
+    ("ttft_p95_s", "ttft"),
+    ("p50_of_p99_s", "gap-cdfs"),
+    ("p99_of_p99_s", "gap-cdfs"),
+    ("p99_of_worst_gap_s", "gap-cdfs"),
+    ("goodput", "gap-cdfs"),
+    ("unstable_share", "stall-map"),
+    ("stalls_per_1k_tokens", "stall-map"),
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """One headline number; ``key`` is its :class:`FleetMetrics` field."""
+    """One headline number: its catalogue entry, the run's value and the baseline's."""
 
-    key: str
-    label: str
-    note: str  # what exactly it is, in a few words
+    info: MetricInfo
+    note: str  # what exactly it is, in a few words, with the run's settings written in
     value: float | None
     baseline: float | None
-    kind: Kind
-    lower_is_better: bool
     chart: str  # the id of the chart that shows it
+
+    @property
+    def key(self) -> str:
+        """The :class:`FleetMetrics` field."""
+        return self.info.name
+
+    @property
+    def label(self) -> str:
+        return self.info.header
 
     @property
     def change(self) -> float | None:
@@ -48,15 +66,17 @@ class Card:
         scale = max(abs(self.value), abs(self.baseline))
         if abs(change) <= SAME_WITHIN * scale:
             return "same"
-        return "better" if (change < 0) == self.lower_is_better else "worse"
+        if self.info.better is None:
+            return None  # neither way is better: a change, not a verdict
+        return "better" if (change < 0) == (self.info.better == "lower") else "worse"
 
     @property
     def shown(self) -> str:
-        return _show(self.value, self.kind)
+        return self.info.show(self.value)
 
     @property
     def baseline_shown(self) -> str:
-        return _show(self.baseline, self.kind)
+        return self.info.show(self.baseline)
 
     @property
     def change_shown(self) -> str:
@@ -67,10 +87,12 @@ class Card:
         if change == 0:
             return "no change"
         sign = "+" if change > 0 else "−"
-        if self.kind == "share":
+        if self.info.unit == "share":
             return f"{sign}{abs(change) * 100:.1f} pts"
         amount = (
-            format_duration(abs(change) * 1e9) if self.kind == "duration" else f"{abs(change):.2f}"
+            format_duration(abs(change) * 1e9)
+            if self.info.unit == "seconds"
+            else f"{abs(change):.2f}"
         )
         relative = change / abs(self.baseline) if self.baseline else 0.0
         if abs(relative) < 0.005:
@@ -82,74 +104,10 @@ def headline_cards(fleet: FleetMetrics, baseline: FleetMetrics | None = None) ->
     """The cards of a report, in reading order."""
     threshold = format_duration(fleet.stall_threshold_s * 1e9)
     target = format_duration(fleet.ttft_target_s * 1e9)
-
-    def card(
-        key: str,
-        label: str,
-        note: str,
-        kind: Kind,
-        chart: str,
-        *,
-        lower_is_better: bool = True,
-    ) -> Card:
-        value = getattr(fleet, key)
+    cards = []
+    for key, chart in _CARDS:
+        info = FLEET_CATALOGUE[key]
+        note = info.describe(threshold=threshold, target=target)
         before = None if baseline is None else getattr(baseline, key)
-        return Card(key, label, note, value, before, kind, lower_is_better, chart)
-
-    return [
-        card("ttft_p50_s", "TTFT p50", "time to first token, median stream", "duration", "ttft"),
-        card("ttft_p95_s", "TTFT p95", "time to first token, 95th percentile", "duration", "ttft"),
-        card(
-            "p50_of_p99_s",
-            "p99 gap, p50",
-            "each stream's p99 gap; the median stream",
-            "duration",
-            "gap-cdfs",
-        ),
-        card(
-            "p99_of_p99_s",
-            "p99 gap, p99",
-            "each stream's p99 gap; 99th percentile across streams (p99-of-p99)",
-            "duration",
-            "gap-cdfs",
-        ),
-        card(
-            "p99_of_worst_gap_s",
-            "worst gap, p99",
-            "each stream's longest freeze; 99th percentile across streams",
-            "duration",
-            "gap-cdfs",
-        ),
-        card(
-            "goodput",
-            "ITL goodput",
-            f"streams with TTFT ≤ {target} and no gap above {threshold}",
-            "share",
-            "gap-cdfs",
-            lower_is_better=False,
-        ),
-        card(
-            "unstable_share",
-            "unstable streams",
-            "share of streams whose p99/p50 gap ratio is above the jitter flag",
-            "share",
-            "stall-map",
-        ),
-        card(
-            "stalls_per_1k_tokens",
-            "stalls / 1,000 tokens",
-            f"gaps above {threshold} per 1,000 output tokens",
-            "rate",
-            "stall-map",
-        ),
-    ]
-
-
-def _show(value: float | None, kind: Kind) -> str:
-    if value is None:
-        return "—"
-    if kind == "duration":
-        return format_duration(value * 1e9)
-    if kind == "share":
-        return f"{value:.1%}"
-    return f"{value:.2f}"
+        cards.append(Card(info, note, getattr(fleet, key), before, chart))
+    return cards

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-from steadystream._units import format_duration
+from steadystream._units import format_duration, format_seconds
+from steadystream.metrics import FLEET_CATALOGUE
 from steadystream.report.model import WhatIfTable
 from steadystream.shaping.whatif import Scorecard, WhatIf
 
 __all__ = ["WHATIF_COLUMNS", "whatif_table"]
+
+# The scorecard's metrics, shown with their catalogue entries' headers and forms.
+_SCORES = (
+    "p99_of_p99_s",
+    "p99_of_worst_gap_s",
+    "stall_count",
+    "goodput",
+    "ttft_p99_s",
+    "qoe_mean",
+)
 
 WHATIF_COLUMNS = [
     "pacer",
     "added TTFT p50",
     "added TTFT p99",
     "tail delay p99",
-    "p99 gap, p99",
-    "worst gap, p99",
-    "stalls",
-    "ITL goodput",
-    "TTFT p99",
-    "QoE",
+    *(FLEET_CATALOGUE[name].header for name in _SCORES),
 ]
 
 
@@ -32,9 +38,9 @@ def whatif_table(result: WhatIf) -> WhatIfTable:
         rows.append(
             [
                 outcome.spec + mark,
-                _duration(outcome.added_ttft_p50_s),
-                _duration(outcome.added_ttft_p99_s),
-                _duration(outcome.tail_delay_p99_s),
+                format_seconds(outcome.added_ttft_p50_s),
+                format_seconds(outcome.added_ttft_p99_s),
+                format_seconds(outcome.tail_delay_p99_s),
                 *_scores(outcome.after),
             ]
         )
@@ -51,15 +57,4 @@ def whatif_table(result: WhatIf) -> WhatIfTable:
 
 
 def _scores(card: Scorecard) -> list[str]:
-    return [
-        _duration(card.p99_of_p99_s),
-        _duration(card.p99_of_worst_gap_s),
-        f"{card.stall_count:,}",
-        "—" if card.goodput is None else f"{card.goodput:.1%}",
-        _duration(card.ttft_p99_s),
-        "—" if card.qoe_mean is None else f"{card.qoe_mean:.2f}",
-    ]
-
-
-def _duration(seconds: float | None) -> str:
-    return format_duration(None if seconds is None else seconds * 1e9)
+    return [FLEET_CATALOGUE[name].show(getattr(card, name)) for name in _SCORES]
