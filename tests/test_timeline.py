@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from steadystream import Event, EventKind, Outcome, Timeline, TokenSource, Where
+from steadystream.protocol import timeline_from_sse
 from steadystream.timeline import assign_tokens, estimate_tokens
 from tests.conftest import MS, make_timeline
 
@@ -89,7 +90,7 @@ class TestTimeline:
             "Timeline(stream_id='x', where='lab', events=1, tokens=1, outcome='cancelled')"
         )
 
-    def test_from_sse_builds_the_same_stream(self) -> None:
+    def test_sse_bytes_build_the_same_stream(self) -> None:
         body = (
             b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
             b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
@@ -99,7 +100,8 @@ class TestTimeline:
             b"data: [DONE]\n\n"
         )
         split = body.index(b"data: {", 10)
-        tl = Timeline.from_sse([(10 * MS, body[:split]), (30 * MS, body[split:])], stream_id="sse")
+        reads = [(10 * MS, body[:split]), (30 * MS, body[split:])]
+        tl = timeline_from_sse(reads, stream_id="sse")
         assert tl.kinds.tolist() == [int(R), int(C)]
         assert tl.times.tolist() == [10 * MS, 30 * MS]
         assert tl.outcome is Outcome.COMPLETE

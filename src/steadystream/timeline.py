@@ -143,20 +143,6 @@ class Timeline:
             annotations={k: list(v) for k, v in (annotations or {}).items()},
         )
 
-    @classmethod
-    def from_sse(
-        cls, reads: Iterable[tuple[Nanos, bytes]], *, stream_id: str, **kwargs: Any
-    ) -> Timeline:
-        """Build a timeline from raw OpenAI-compatible SSE bytes and their arrival times.
-
-        ``reads`` are ``(arrival_ns, bytes)`` pairs as the socket delivered them; an event is
-        stamped with the arrival of the read that completed it. See
-        :func:`steadystream.protocol.openai.timeline_from_sse` for the keyword arguments.
-        """
-        from steadystream.protocol.openai import timeline_from_sse
-
-        return timeline_from_sse(reads, stream_id=stream_id, **kwargs)
-
     # -- views ------------------------------------------------------------------------------
 
     def __len__(self) -> int:

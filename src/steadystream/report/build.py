@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import steadystream.report.charts as charts
+import steadystream.report.data as data
 from steadystream._units import format_duration
 from steadystream.findings import find
 from steadystream.metrics import (
@@ -19,7 +21,6 @@ from steadystream.metrics import (
     stream_table,
     worst_streams,
 )
-from steadystream.report import charts, data
 from steadystream.report.cards import headline_cards
 from steadystream.report.model import Chart, Report, ReportFinding, WhatIfTable
 from steadystream.report.stall_map import stall_map

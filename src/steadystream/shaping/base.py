@@ -85,6 +85,26 @@ class Param:
     default: Any
     help: str
 
+    def format(self, value: Any) -> str:
+        """``value`` as a spec writes it, so that parsing it gives ``value`` back."""
+        if self.kind == "duration":
+            return _format_ns(int(value))
+        if self.kind == "rate":
+            short = f"{value:g}"
+            return short if float(short) == value else repr(float(value))
+        if self.kind == "words":
+            return "|".join(value)
+        text = str(value)
+        return f'"{text}"' if ("," in text or text != text.strip()) else text
+
+
+def _format_ns(ns: int) -> str:
+    # The largest unit that writes it exactly: 33ms, not 0.033s nor 33000000ns.
+    for unit, size in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if ns and ns % size == 0:
+            return f"{ns // size}{unit}"
+    return f"{ns}ns"
+
 
 TAIL_PARAM = Param(
     "tail",
@@ -242,10 +262,21 @@ class Pacer(ABC):
         """A new pacer with the same settings and no state."""
         return type(self)(**self.settings())
 
-    def __repr__(self) -> str:
-        from steadystream.shaping.spec import format_spec
+    def spec(self, *, full: bool = False) -> str:
+        """The spec that makes this pacer (``leaky:interval=33ms``); ``parse_spec`` reads it back.
 
-        return f"<{type(self).__name__} {format_spec(self)}>"
+        Only the settings that differ from the defaults are written, or all with ``full``.
+        """
+        settings = self.settings()
+        parts = [
+            f"{param.name}={param.format(settings[param.attr])}"
+            for param in self.params
+            if full or settings[param.attr] != param.default
+        ]
+        return f"{self.name}:{','.join(parts)}" if parts else self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec()}>"
 
     # -- the policy (subclasses) ------------------------------------------------------------
 

@@ -65,13 +65,7 @@ def parse_spec(spec: str) -> Pacer:
 
 def format_spec(pacer: Pacer, *, full: bool = False) -> str:
     """The spec that makes ``pacer``: only settings that differ from the defaults, or all."""
-    settings = pacer.settings()
-    parts = [
-        f"{param.name}={_format_value(param, settings[param.attr])}"
-        for param in pacer.params
-        if full or settings[param.attr] != param.default
-    ]
-    return f"{pacer.name}:{','.join(parts)}" if parts else pacer.name
+    return pacer.spec(full=full)
 
 
 def describe(pacer: Pacer | type[Pacer]) -> str:
@@ -81,7 +75,7 @@ def describe(pacer: Pacer | type[Pacer]) -> str:
     lines = [cls.name]
     for param in cls.params:
         value = param.default if settings is None else settings[param.attr]
-        lines.append(f"  {param.name}={_format_value(param, value)}  {param.help}")
+        lines.append(f"  {param.name}={param.format(value)}  {param.help}")
     return "\n".join(lines)
 
 
@@ -139,22 +133,3 @@ def _read_value(pacer: str, param: Param, text: str) -> Any:
     if param.kind == "words":
         return tuple(word.strip() for word in text.split("|") if word.strip())
     return text
-
-
-def _format_value(param: Param, value: Any) -> str:
-    if param.kind == "duration":
-        return _format_ns(int(value))
-    if param.kind == "rate":
-        short = f"{value:g}"
-        return short if float(short) == value else repr(float(value))
-    if param.kind == "words":
-        return "|".join(value)
-    text = str(value)
-    return f'"{text}"' if ("," in text or text != text.strip()) else text
-
-
-def _format_ns(ns: int) -> str:
-    for unit, size in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
-        if ns and ns % size == 0:
-            return f"{ns // size}{unit}"
-    return f"{ns}ns"
