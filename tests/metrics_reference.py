@@ -151,6 +151,19 @@ def _fluidity(tokens: list[int], cfg: MetricConfig) -> float:
             met += 1
             slack = slack + deadline - gap
         else:
-            misses += max(1, (gap - slack) // deadline) if cfg.fluidity_form == "code" else 1
+            misses += _code_misses(i, gap, slack, cfg) if cfg.fluidity_form == "code" else 1
             slack = 0
     return met / (met + misses)
+
+
+def _code_misses(i: int, gap: int, slack: int, cfg: MetricConfig) -> int:
+    """Deadlines a late token misses in Etalon's code, written as that code writes them.
+
+    Etalon's ``etalon/metrics/metric_utils.py``, ``get_request_level_deadline_miss_rate``: a
+    late first token misses its own deadline, then one per decode deadline it overran; a
+    later one misses one per decode deadline in its gap less the carried slack.
+    """
+    decode = cfg.fluidity_decode_deadline_ns
+    if i == 0:
+        return 1 + (gap - slack - cfg.fluidity_prompt_deadline_ns) // decode
+    return (gap - slack) // decode

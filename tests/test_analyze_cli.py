@@ -82,3 +82,53 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(tmp_path / "nope.jsonl")])
     assert result.exit_code == 2
     assert "nope.jsonl" in result.output
+
+
+def test_experience_model_options_reach_the_metrics(run_file: Path) -> None:
+    # The reader and the deadlines of tests/test_metrics.py's KEEPING_UP, as flags.
+    keeping_up = [
+        "--qoe-expected-ttft",
+        "200ms",
+        "--qoe-pace",
+        "20ms",
+        "--fluidity-first-deadline",
+        "200ms",
+        "--fluidity-deadline",
+        "20ms",
+    ]
+    args = ["analyze", str(run_file), "--json", *keeping_up]
+    documented = orjson.loads(runner.invoke(app, args).output)
+    code = orjson.loads(runner.invoke(app, [*args, "--fluidity-form", "code"]).output)
+    discrete = orjson.loads(runner.invoke(app, [*args, "--qoe-form", "discrete"]).output)
+    assert documented["fleet"]["qoe_mean"] == pytest.approx((1 + 1 - 99 / 598) / 2)
+    assert documented["fleet"]["fluidity_mean"] == pytest.approx((1 + 199 / 200) / 2)
+    assert code["fleet"]["fluidity_mean"] == pytest.approx((1 + 199 / 249) / 2)
+    assert discrete["fleet"]["qoe_mean"] != documented["fleet"]["qoe_mean"]
+    assert documented["config"]["qoe_pace_s_per_token"] == pytest.approx(0.02)
+    assert code["config"]["fluidity_form"] == "code"
+    assert code["config"]["fluidity_deadline_s"] == pytest.approx(0.02)
+
+
+def test_the_table_says_which_experience_models_were_used(run_file: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file), "--fluidity-form", "code"])
+    assert result.exit_code == 0, result.output
+    assert "read at 100.0ms a token (exact form)" in result.output
+    assert "(code form)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--fluidity-form", "paper", "'documented' or 'code'"),
+        ("--qoe-form", "smooth", "'exact' or 'discrete'"),
+        ("--qoe-pace", "0ms", "above zero"),
+        ("--fluidity-deadline", "soon", "cannot read"),
+    ],
+)
+def test_bad_experience_model_options_name_the_option(
+    run_file: Path, option: str, value: str, says: str
+) -> None:
+    result = runner.invoke(app, ["analyze", str(run_file), option, value])
+    assert result.exit_code == 2
+    assert option in result.output
+    assert says in result.output

@@ -8,6 +8,7 @@ import pytest
 from steadystream import EventKind, Outcome, Timeline
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_metrics, stream_table
 from tests.conftest import MS, make_timeline
+from tests.metrics_reference import reference
 
 TTFT_MS = 200.0
 
@@ -83,6 +84,19 @@ class TestTheMotivatingCase:
         # floor((2 - 0.99) / 0.02) = 50 deadlines: 199 met / (199 + 50).
         assert stream_metrics(paused_stream(), code_form).fluidity == pytest.approx(199 / 249)
         assert stream_metrics(steady_stream(), code_form).fluidity == 1.0
+
+    def test_a_late_first_token_misses_as_many_deadlines_as_in_etalons_code(self) -> None:
+        # First token at 3 s, then 59 tokens 10 ms apart (each within D_d = 50 ms). Etalon's
+        # code counts the first token's miss as 1 + floor((3 s - D_p) / D_d) = 1 + 58 = 59
+        # deadlines (not floor(3 s / D_p) = 30): fluidity 59 / (59 + 59).
+        late = make_timeline([3000 + 10 * i for i in range(60)], stream_id="late")
+        code_form = MetricConfig(fluidity_form="code")
+        assert stream_metrics(late, code_form).fluidity == pytest.approx(0.5)
+        assert reference(late, code_form)["fluidity"] == pytest.approx(0.5)
+        assert stream_metrics(late).fluidity == pytest.approx(59 / 60)  # documented: one miss
+        # A first token just past D_p misses one deadline, as in the documented form.
+        barely = make_timeline([101 + 10 * i for i in range(60)], stream_id="barely")
+        assert stream_metrics(barely, code_form).fluidity == pytest.approx(59 / 60)
 
     def test_qoe_and_fluidity_for_a_slower_reader_absorb_the_freeze(self) -> None:
         # At the default 10 tokens/s the reader is far behind the 50 tokens/s stream when the

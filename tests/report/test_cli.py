@@ -36,6 +36,20 @@ def test_report_with_baseline_and_whatif(tmp_path: Path, baseline_file: Path) ->
     assert page.count("<tr><td>") == 3  # as recorded, leaky, rechunk
 
 
+def test_experience_model_options_reach_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    models = ["--qoe-pace", "20ms", "--fluidity-form", "code", "--fluidity-deadline", "20ms"]
+    result = runner.invoke(app, ["report", str(SAMPLE_RUN), "-o", str(out), *models])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert "read at 20.0ms a token (exact form)" in page
+    assert "50.0ms after (code form)" not in page
+    assert "20.0ms after (code form)" in page
+    bad = runner.invoke(app, ["report", str(SAMPLE_RUN), "-o", str(out), "--qoe-form", "x"])
+    assert bad.exit_code == 2
+    assert "--qoe-form" in bad.output
+
+
 def test_bad_pacer_spec_is_a_clean_error(tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     result = runner.invoke(app, ["report", str(SAMPLE_RUN), "-o", str(out), "--whatif", "nope"])

@@ -1,15 +1,67 @@
-"""Option parsing shared by commands: durations, and errors turned into clean exits."""
+"""Option parsing shared by commands: durations, metric settings, errors turned into exits.
+
+The options that set what metrics are measured against are declared once here
+(:data:`StallThreshold` ... :data:`FluidityForm`) and read into a :class:`MetricConfig` by
+:func:`metric_config`, so ``analyze`` and ``report`` take the same flags with the same help.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from steadystream._exceptions import SteadystreamError
 
-__all__ = ["duration_ns", "exit_on_error"]
+if TYPE_CHECKING:
+    from steadystream.metrics import MetricConfig
+
+__all__ = [
+    "FluidityDeadline",
+    "FluidityFirstDeadline",
+    "FluidityForm",
+    "QoeExpectedTtft",
+    "QoeForm",
+    "QoePace",
+    "StallThreshold",
+    "TtftTarget",
+    "duration_ns",
+    "exit_on_error",
+    "metric_config",
+]
+
+StallThreshold = Annotated[
+    str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
+]
+TtftTarget = Annotated[str, typer.Option(help="TTFT target for ITL goodput.")]
+QoeExpectedTtft = Annotated[
+    str, typer.Option(help="Andes QoE: when the reader expects the first token (T_e).")
+]
+QoePace = Annotated[
+    str,
+    typer.Option(help="Andes QoE: the reader's time per token (L); 100ms reads 10 tokens/s."),
+]
+QoeForm = Annotated[
+    str,
+    typer.Option(help="Andes QoE: 'exact' (the reader model) or 'discrete' (docs/metrics.md#qoe)."),
+]
+FluidityFirstDeadline = Annotated[
+    str, typer.Option(help="Etalon fluidity: the first token's deadline from the request (D_p).")
+]
+FluidityDeadline = Annotated[
+    str, typer.Option(help="Etalon fluidity: each later token's deadline (D_d).")
+]
+FluidityForm = Annotated[
+    str,
+    typer.Option(
+        help="Etalon fluidity: 'documented' (the paper, one miss per late token) or 'code' "
+        "(Etalon's code: a late token misses one deadline per D_d it overran)."
+    ),
+]
+
+_FORMS = {"--qoe-form": ("exact", "discrete"), "--fluidity-form": ("documented", "code")}
 
 EXIT_USAGE = 2  # unusable input: a bad file, option or configuration
 
@@ -34,3 +86,47 @@ def exit_on_error() -> Iterator[None]:
 
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from exc
+
+
+def metric_config(
+    *,
+    stall_threshold: str,
+    ttft_target: str,
+    qoe_expected_ttft: str,
+    qoe_pace: str,
+    qoe_form: str,
+    fluidity_first_deadline: str,
+    fluidity_deadline: str,
+    fluidity_form: str,
+) -> MetricConfig:
+    """The :class:`MetricConfig` the options say, or exit naming the option that is wrong."""
+    from steadystream.metrics import MetricConfig
+
+    for option, form in (("--qoe-form", qoe_form), ("--fluidity-form", fluidity_form)):
+        if form not in _FORMS[option]:
+            accepted = " or ".join(repr(known) for known in _FORMS[option])
+            raise typer.BadParameter(f"{form!r}: must be {accepted}", param_hint=option)
+    durations = {
+        "--stall-threshold": stall_threshold,
+        "--ttft-target": ttft_target,
+        "--qoe-expected-ttft": qoe_expected_ttft,
+        "--qoe-pace": qoe_pace,
+        "--fluidity-first-deadline": fluidity_first_deadline,
+        "--fluidity-deadline": fluidity_deadline,
+    }
+    ns = {option: duration_ns(value, option) for option, value in durations.items()}
+    for option, nanoseconds in ns.items():
+        if nanoseconds <= 0:
+            raise typer.BadParameter(
+                f"{durations[option]!r}: must be above zero", param_hint=option
+            )
+    return MetricConfig(
+        stall_threshold_ns=ns["--stall-threshold"],
+        ttft_target_ns=ns["--ttft-target"],
+        qoe_expected_ttft_ns=ns["--qoe-expected-ttft"],
+        qoe_pace_ns_per_token=ns["--qoe-pace"],
+        qoe_form=qoe_form,
+        fluidity_prompt_deadline_ns=ns["--fluidity-first-deadline"],
+        fluidity_decode_deadline_ns=ns["--fluidity-deadline"],
+        fluidity_form=fluidity_form,
+    )

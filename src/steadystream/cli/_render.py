@@ -107,6 +107,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.fleet.outcomes.items()))
     sources = ", ".join(f"{k} {v}" for k, v in sorted(summary.fleet.token_sources.items()))
     console.print(f"outcomes: {outcomes or '—'}    token counts: {sources or '—'}")
+    console.print(f"[dim]{cfg.describe_models()}[/]", highlight=False)
 
     if summary.worst:
         worst = Table(title="Worst streams, by worst gap", title_justify="left")
@@ -150,6 +151,12 @@ def to_json(summary: Summary) -> str:
             "stall_threshold_s": summary.config.stall_threshold_ns / 1e9,
             "ttft_target_s": summary.config.ttft_target_ns / 1e9,
             "jitter_flag": summary.config.jitter_flag,
+            "qoe_expected_ttft_s": summary.config.qoe_expected_ttft_ns / 1e9,
+            "qoe_pace_s_per_token": summary.config.qoe_pace_ns_per_token / 1e9,
+            "qoe_form": summary.config.qoe_form,
+            "fluidity_first_deadline_s": summary.config.fluidity_prompt_deadline_ns / 1e9,
+            "fluidity_deadline_s": summary.config.fluidity_decode_deadline_ns / 1e9,
+            "fluidity_form": summary.config.fluidity_form,
         },
         "fleet": summary.fleet.to_dict(),
         "by": summary.by,

@@ -8,7 +8,18 @@ from typing import Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._options import (
+    FluidityDeadline,
+    FluidityFirstDeadline,
+    FluidityForm,
+    QoeExpectedTtft,
+    QoeForm,
+    QoePace,
+    StallThreshold,
+    TtftTarget,
+    exit_on_error,
+    metric_config,
+)
 
 
 @app.command()
@@ -20,23 +31,33 @@ def analyze(
         str | None,
         typer.Option("--by", help="Break the fleet down by a label: model, route or tenant."),
     ] = None,
-    stall_threshold: Annotated[
-        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
-    ] = "400ms",
-    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+    stall_threshold: StallThreshold = "400ms",
+    ttft_target: TtftTarget = "800ms",
+    qoe_expected_ttft: QoeExpectedTtft = "1s",
+    qoe_pace: QoePace = "100ms",
+    qoe_form: QoeForm = "exact",
+    fluidity_first_deadline: FluidityFirstDeadline = "100ms",
+    fluidity_deadline: FluidityDeadline = "50ms",
+    fluidity_form: FluidityForm = "documented",
     worst: Annotated[int, typer.Option(help="How many of the worst streams to list.")] = 10,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
     from steadystream.cli import _render
     from steadystream.files import read_timelines
-    from steadystream.metrics import LABEL_DIMENSIONS, MetricConfig
+    from steadystream.metrics import LABEL_DIMENSIONS
 
     if by is not None and by not in LABEL_DIMENSIONS:
         raise typer.BadParameter(f"must be one of {', '.join(LABEL_DIMENSIONS)}", param_hint="--by")
-    config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+    config = metric_config(
+        stall_threshold=stall_threshold,
+        ttft_target=ttft_target,
+        qoe_expected_ttft=qoe_expected_ttft,
+        qoe_pace=qoe_pace,
+        qoe_form=qoe_form,
+        fluidity_first_deadline=fluidity_first_deadline,
+        fluidity_deadline=fluidity_deadline,
+        fluidity_form=fluidity_form,
     )
     timelines = []
     notes = []

@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._options import (
+    FluidityDeadline,
+    FluidityFirstDeadline,
+    FluidityForm,
+    QoeExpectedTtft,
+    QoeForm,
+    QoePace,
+    StallThreshold,
+    TtftTarget,
+    exit_on_error,
+    metric_config,
+)
 
 if TYPE_CHECKING:
     from steadystream.timeline import Timeline
@@ -41,18 +52,27 @@ def report(
         ),
     ] = None,
     title: Annotated[str | None, typer.Option(help="The report's title.")] = None,
-    stall_threshold: Annotated[
-        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
-    ] = "400ms",
-    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+    stall_threshold: StallThreshold = "400ms",
+    ttft_target: TtftTarget = "800ms",
+    qoe_expected_ttft: QoeExpectedTtft = "1s",
+    qoe_pace: QoePace = "100ms",
+    qoe_form: QoeForm = "exact",
+    fluidity_first_deadline: FluidityFirstDeadline = "100ms",
+    fluidity_deadline: FluidityDeadline = "50ms",
+    fluidity_form: FluidityForm = "documented",
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
-    from steadystream.metrics import MetricConfig
     from steadystream.report import build_report, write_report
 
-    config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+    config = metric_config(
+        stall_threshold=stall_threshold,
+        ttft_target=ttft_target,
+        qoe_expected_ttft=qoe_expected_ttft,
+        qoe_pace=qoe_pace,
+        qoe_form=qoe_form,
+        fluidity_first_deadline=fluidity_first_deadline,
+        fluidity_deadline=fluidity_deadline,
+        fluidity_form=fluidity_form,
     )
     with exit_on_error():
         timelines, notes = _load(files)

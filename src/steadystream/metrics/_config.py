@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from steadystream._units import format_duration
+
 __all__ = ["MetricConfig"]
 
 
@@ -43,3 +45,14 @@ class MetricConfig:
             raise ValueError(
                 f"fluidity_form must be 'documented' or 'code', got {self.fluidity_form!r}"
             )
+
+    def describe_models(self) -> str:
+        """The experience models' parameters in words, for the reports that show their scores."""
+        return (
+            f"Andes QoE: first token expected at {format_duration(self.qoe_expected_ttft_ns)},"
+            f" read at {format_duration(self.qoe_pace_ns_per_token)} a token"
+            f" ({self.qoe_form} form); Etalon fluidity: deadlines"
+            f" {format_duration(self.fluidity_prompt_deadline_ns)} for the first token,"
+            f" {format_duration(self.fluidity_decode_deadline_ns)} after"
+            f" ({self.fluidity_form} form)"
+        )

@@ -109,8 +109,8 @@ def fluidity(token_times: IntArray, counts: IntArray, cfg: MetricConfig) -> Floa
     sent) and has deadline ``D`` (``D_p`` for the first token, ``D_d`` after). It meets it
     when ``s_i <= D + slack_{i-1}``, which carries the slack forward
     (``slack_i = slack_{i-1} + D - s_i``); a miss resets the slack to zero.
-    Documented form: met / tokens. Code form: a miss counts
-    ``max(1, floor((s_i - slack_{i-1}) / D))`` times, and fluidity = met / (met + misses).
+    Documented form: met / tokens. Code form (Etalon's implementation): a miss counts
+    ``1 + floor((s_i - slack_{i-1} - D) / D_d)`` times, and fluidity = met / (met + misses).
     """
     out = np.full(len(counts), np.nan)
     if len(token_times) == 0:
@@ -125,7 +125,11 @@ def fluidity(token_times: IntArray, counts: IntArray, cfg: MetricConfig) -> Floa
     missed = slack_before + deadline - interval < 0
     met = segment_sum(~missed, counts)
     if cfg.fluidity_form == "code":
-        weight = np.maximum(1, (interval - slack_before) // deadline)
+        # Etalon's code: a miss counts its own deadline, then one per decode deadline it
+        # overran. For a later token that is floor((s - slack) / D_d); for a late first one
+        # 1 + floor((s_1 - D_p) / D_d), not floor(s_1 / D_p) (docs/metrics.md#fluidity).
+        decode = cfg.fluidity_decode_deadline_ns
+        weight = 1 + (interval - slack_before - deadline) // decode
         misses = segment_sum(np.where(missed, weight, 0), counts)
     else:
         misses = segment_sum(missed, counts)

@@ -232,6 +232,7 @@ def _describe(
         f" {format_duration(cfg.ttft_target_ns)}, jitter flag {cfg.jitter_flag:g}"
         " (definitions: docs/metrics.md)."
     )
+    lines.append(f"{cfg.describe_models()}.")
     lines.extend(notes)
     return lines
 
