@@ -113,6 +113,51 @@ def test_id_persists_until_changed_and_an_id_with_nul_is_ignored() -> None:
     assert [e.id for e in events(body)] == [None, "7", "7", "7", ""]
 
 
+def test_last_event_id_changes_only_when_the_block_is_dispatched() -> None:
+    decoder = SseDecoder()
+    assert decoder.feed(b"id: 1\ndata: a\n\nid: 2\ndata: b\n") == [
+        SseEvent("a", id="1", wire_bytes=15)
+    ]
+    assert decoder.last_event_id == "1"  # "id: 2" is in the buffer, not yet in force
+    (event,) = decoder.feed(b"\n")
+    assert (event.id, decoder.last_event_id) == ("2", "2")
+    # A block with an id and no data dispatches nothing, but its blank line sets the id.
+    assert decoder.feed(b"id: 3\n") == []
+    assert decoder.last_event_id == "2"
+    assert decoder.feed(b"\n") == []
+    assert decoder.last_event_id == "3"
+
+
+def test_a_block_cut_off_before_its_blank_line_leaves_the_last_event_id() -> None:
+    decoder = SseDecoder()
+    decoder.feed(b"id: 1\ndata: a\n\nid: 2\ndata: b\n")
+    decoder.close()
+    assert decoder.last_event_id == "1"  # a reconnect resumes after the last event received
+    assert decoder.incomplete_event == SseEvent("b", id="2", wire_bytes=14)
+
+
+@pytest.mark.parametrize(
+    ("body", "ids"),
+    [
+        # The three streams of web-platform-tests eventsource/resources/last-event-id2.py.
+        (b"id: 1\ndata: 1\n\ndata:2\n\n", ["1", "1"]),
+        (b"id: 1\ndata: 1\n\nid: 2\ndata:2\n\ndata:3\n\n", ["1", "2", "2"]),
+        (b"id: 1\ndata: 1\n\nid:\ndata:2\n\ndata:3\n\n", ["1", "", ""]),
+    ],
+)
+def test_last_event_id_persists_changes_and_resets_as_in_the_platform_tests(
+    body: bytes, ids: list[str]
+) -> None:
+    decoder = SseDecoder()
+    seen = []
+    for line in body.splitlines(keepends=True):  # one line per read
+        for item in decoder.feed(line):
+            assert isinstance(item, SseEvent)
+            assert item.id == decoder.last_event_id
+            seen.append(item.id)
+    assert seen == ids
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

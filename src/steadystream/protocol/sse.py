@@ -13,7 +13,12 @@ Decisions the specification leaves to us, or that callers need to know:
 
 - ``SseEvent.id`` is the *last event ID* in force when the event was dispatched, as the spec
   defines it: it persists across events until an ``id`` field changes it. None until the
-  stream sets one.
+  stream sets one. An ``id`` field fills the spec's last event ID *buffer*;
+  :attr:`SseDecoder.last_event_id` (the event source's last event ID string, what a
+  reconnect sends) takes the buffer's value only when a blank line dispatches the block, as
+  in the spec and the web-platform-tests ``eventsource`` cases. A block cut off before its
+  blank line never changes it; a block without data still does (the spec sets the last event
+  ID before it drops a block with an empty data buffer).
 - ``SseEvent.retry`` is the last valid ``retry`` value received since the previous dispatched
   event (None if none came); :attr:`SseDecoder.retry` keeps the stream's current value.
   An empty ``retry`` value is ignored, as browsers do.
@@ -91,6 +96,7 @@ class SseDecoder:
         "_closed",
         "_data",
         "_event_type",
+        "_id_buffer",
         "_in_block",
         "_incomplete",
         "_item_bytes",
@@ -108,7 +114,8 @@ class SseDecoder:
         self._data: list[bytes] = []  # the data lines of the event being built
         self._event_type = b""
         self._in_block = False  # a field line arrived since the last blank line
-        self._last_id: str | None = None
+        self._id_buffer: str | None = None  # the id fields parsed so far
+        self._last_id: str | None = None  # the buffer as of the last dispatch
         self._retry: int | None = None
         self._retry_since_dispatch: int | None = None
         self._item_bytes = 0  # bytes of complete lines since the end of the last item
@@ -119,7 +126,11 @@ class SseDecoder:
 
     @property
     def last_event_id(self) -> str | None:
-        """The stream's last event ID (what a reconnect would send as ``Last-Event-ID``)."""
+        """The stream's last event ID (what a reconnect would send as ``Last-Event-ID``).
+
+        It changes when a blank line dispatches a block that set an id, never while the
+        block is still being read, nor for a block the end of the stream cut off.
+        """
         return self._last_id
 
     @property
@@ -225,6 +236,7 @@ class SseDecoder:
             self._item_bytes += len(line)
             body = line.rstrip(b"\r\n")  # only the terminator: a line holds no other CR/LF
             if not body:
+                self._last_id = self._id_buffer
                 if self._data:
                     out.append(self._event(self._item_bytes))
                     self._item_bytes = 0
@@ -247,7 +259,7 @@ class SseDecoder:
                 self._event_type = value
             elif name == b"id":
                 if b"\x00" not in value:
-                    self._last_id = value.decode("utf-8", "replace")
+                    self._id_buffer = value.decode("utf-8", "replace")
             elif name == b"retry" and value.isdigit():
                 try:
                     retry = int(value)
@@ -261,7 +273,7 @@ class SseDecoder:
         return SseEvent(
             data.decode("utf-8", "replace"),
             self._event_type.decode("utf-8", "replace") if self._event_type else "message",
-            self._last_id,
+            self._id_buffer,
             self._retry_since_dispatch,
             wire_bytes,
         )
