@@ -28,6 +28,7 @@ def analyze(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
+    from steadystream.bench.summary import summarise
     from steadystream.cli import _render
     from steadystream.files import read_timelines
     from steadystream.metrics import LABEL_DIMENSIONS, MetricConfig
@@ -49,7 +50,7 @@ def analyze(
                     f"{path}: line {result.truncated_line} was cut off mid-record; "
                     "every complete stream before it was loaded"
                 )
-    summary = _render.summarise(timelines, config, by=by, worst=worst)
+    summary = summarise(timelines, config, by=by, worst=worst)
     summary.notes[:0] = notes
     if json_output:
         typer.echo(_render.to_json(summary))
