@@ -9,7 +9,6 @@ removes it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -17,6 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from steadystream._tasks import cancel_and_wait
 from steadystream._types import Outcome
 from steadystream._units import format_duration
 from steadystream.bench.cancel import CancellationStats
@@ -54,10 +54,7 @@ class LiveView:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._live is not None:
             self._live.stop()
             self._live = None
