@@ -30,17 +30,24 @@ class LoadedRun:
     note: str | None = None
 
 
-def load_run(path: Path) -> LoadedRun:
-    """A run's timelines; a file with no streams is an :class:`~steadystream.InputError`."""
+def load_run(path: Path, *, required: bool = True) -> LoadedRun:
+    """A run's timelines, and a note when its last line was cut off (the streams before it
+    count); with ``required``, a file with no streams is an :class:`~steadystream.InputError`.
+
+    ``gate``, ``bench --gate``, ``analyze`` and ``report`` read runs so.
+    """
     from steadystream.files import read_timelines
 
     result = read_timelines(path)
-    if not result.timelines:
+    if required and not result.timelines:
         raise InputError(f"{path}: no streams in this run")
     note = None
     if result.truncated_line is not None:
-        note = f"{path}: line {result.truncated_line} was cut off; the streams before it count"
-    return LoadedRun(path, result.timelines, note)
+        note = (
+            f"{path}: line {result.truncated_line} was cut off mid-record; every complete "
+            "stream before it was loaded"
+        )
+    return LoadedRun(Path(path), result.timelines, note)
 
 
 @dataclass(frozen=True)
