@@ -3,6 +3,7 @@
 from steadystream.__about__ import __version__
 from steadystream._clock import Clock, FakeClock, MonotonicClock
 from steadystream._exceptions import (
+    BrowserError,
     ConfigError,
     InputError,
     ProtocolError,
@@ -13,12 +14,14 @@ from steadystream._exceptions import (
     UpstreamError,
     UpstreamStatusError,
     UpstreamStreamError,
+    UpstreamTimeoutError,
 )
 from steadystream._types import Event, EventKind, Outcome, TokenSource, Where
 from steadystream.timeline import SCHEMA, Timeline
 
 __all__ = [
     "SCHEMA",
+    "BrowserError",
     "Clock",
     "ConfigError",
     "Event",
@@ -37,6 +40,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamStatusError",
     "UpstreamStreamError",
+    "UpstreamTimeoutError",
     "Where",
     "__version__",
 ]

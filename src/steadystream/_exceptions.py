@@ -6,10 +6,12 @@
      │    └── SpecError            a duration, pacer spec or option value
      ├── ConfigError              a configuration file: names the key and accepted values
      ├── ProtocolError            bytes from a peer that break SSE or the OpenAI chunk shape
-     └── UpstreamError            a peer we called failed
-          ├── UpstreamConnectError  could not connect (refused, DNS, TLS)
-          ├── UpstreamStatusError   answered with an HTTP error status
-          └── UpstreamStreamError   broke off mid-stream (reset, in-band error, no [DONE])
+     ├── UpstreamError            a peer we called failed
+     │    ├── UpstreamConnectError  could not connect (refused, DNS, TLS)
+     │    │    └── UpstreamTimeoutError  connected, but no response headers in time
+     │    ├── UpstreamStatusError   answered with an HTTP error status
+     │    └── UpstreamStreamError   broke off mid-stream (reset, in-band error, no [DONE])
+     └── BrowserError             Chromium is missing, would not start, or a page failed
 
 Lower-level errors (aiohttp, orjson, pydantic) are mapped at the boundary with
 ``raise Mapped(...) from exc`` and never leak to callers.
@@ -18,6 +20,7 @@ Lower-level errors (aiohttp, orjson, pydantic) are mapped at the boundary with
 from __future__ import annotations
 
 __all__ = [
+    "BrowserError",
     "ConfigError",
     "InputError",
     "ProtocolError",
@@ -28,6 +31,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamStatusError",
     "UpstreamStreamError",
+    "UpstreamTimeoutError",
 ]
 
 
@@ -79,6 +83,10 @@ class UpstreamConnectError(UpstreamError):
     """The connection could not be made (refused, DNS failure, TLS)."""
 
 
+class UpstreamTimeoutError(UpstreamConnectError):
+    """No response headers within the first-token timeout (a connection that hangs)."""
+
+
 class UpstreamStatusError(UpstreamError):
     """The server answered with an HTTP error status."""
 
@@ -89,3 +97,7 @@ class UpstreamStatusError(UpstreamError):
 
 class UpstreamStreamError(UpstreamError):
     """The stream broke off after it started (reset, in-band error, no [DONE])."""
+
+
+class BrowserError(SteadystreamError):
+    """Chromium is missing, would not start, or the page failed to draw."""

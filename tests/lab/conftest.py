@@ -10,7 +10,7 @@ from typing import Any
 from steadystream import FakeClock
 from steadystream.lab import LabEngine, LabRequest, Scenario, StreamHandle
 from steadystream.lab.presets import PRESETS
-from steadystream.lab.scenario import scenario_from_mapping
+from steadystream.lab.scenario_file import scenario_from_mapping
 from steadystream.lab.truth import RequestTruth
 
 MS = 1_000_000

@@ -18,8 +18,8 @@ import openai
 import orjson
 import pytest
 
-from steadystream import Timeline
 from steadystream.lab import LabServer
+from steadystream.protocol import timeline_from_sse
 from tests.lab.conftest import MS, scenario
 
 pytestmark = pytest.mark.integration
@@ -102,7 +102,7 @@ async def test_chat_stream_is_shaped_like_vllm(lab: LabServer) -> None:
     assert truth["tokens_written"] == len(deltas)
     assert [e["kind"] for e in truth["events"]][:2] == ["role", "content"]
     # the shared recorder reads the lab's bytes as a complete stream with exact usage
-    timeline = Timeline.from_sse([(0, raw)], stream_id="shape-1")
+    timeline = timeline_from_sse([(0, raw)], stream_id="shape-1")
     assert timeline.total_tokens == len(deltas)
     assert timeline.outcome.value == "complete"
 

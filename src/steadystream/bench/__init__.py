@@ -3,84 +3,31 @@
 Split as load tools are (docs/bench.md): *when* to send (:mod:`~steadystream.bench.schedule`),
 *what* to send (:mod:`~steadystream.bench.workload`), *send* and record
 (:mod:`~steadystream.bench.client`), *drive* a run (:mod:`~steadystream.bench.runner`,
-:class:`Bench`), *judge* it (:mod:`~steadystream.bench.gate`, :mod:`~steadystream.bench.sweep`),
+:class:`Bench`; the whole command as one call: :class:`BenchConfig` and :func:`run_bench`),
+*judge* it (:mod:`~steadystream.bench.gate`, :mod:`~steadystream.bench.sweep`),
 and check the measurement itself (:mod:`~steadystream.bench.lag`,
 :mod:`~steadystream.bench.health`, :mod:`~steadystream.bench.fidelity`). Nothing here prints:
 progress goes to a :class:`RunProgress`, and the CLI renders it.
+
+The package's names load on first use: ``steadystream bench --help`` reads the options
+(:mod:`~steadystream.bench.config`) without importing the HTTP client.
 """
 
-from steadystream.bench.cancel import CancelPoint, CancelPolicy, LabTruthClient
-from steadystream.bench.client import Sent, StreamClient, open_session
-from steadystream.bench.endpoint import Endpoint
-from steadystream.bench.fidelity import StreamFidelity, compare_stream, lab_timeline
-from steadystream.bench.gate import DEFAULT_RULES, GateReport, GateRule, compare, parse_rules
-from steadystream.bench.health import ClientHealth, client_health
-from steadystream.bench.lag import LAG_FLAG_NS, LagStats, LoopLagSampler
-from steadystream.bench.progress import ProgressSnapshot, RunProgress
-from steadystream.bench.runner import BenchRunner, RunOptions, RunResult
-from steadystream.bench.schedule import (
-    ClosedLoop,
-    Dispatcher,
-    OpenLoop,
-    Schedule,
-    Ticket,
-    TraceSchedule,
-    read_trace,
-)
-from steadystream.bench.session import Bench
-from steadystream.bench.sweep import DEFAULT_SLO, Objective, SweepPlan, SweepResult, run_sweep
-from steadystream.bench.workload import (
-    Prompt,
-    RequestSpec,
-    TokenCount,
-    Workload,
-    builtin_prompts,
-    read_prompts,
-)
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_RULES",
-    "DEFAULT_SLO",
-    "LAG_FLAG_NS",
-    "Bench",
-    "BenchRunner",
-    "CancelPoint",
-    "CancelPolicy",
-    "ClientHealth",
-    "ClosedLoop",
-    "Dispatcher",
-    "Endpoint",
-    "GateReport",
-    "GateRule",
-    "LabTruthClient",
-    "LagStats",
-    "LoopLagSampler",
-    "Objective",
-    "OpenLoop",
-    "ProgressSnapshot",
-    "Prompt",
-    "RequestSpec",
-    "RunOptions",
-    "RunProgress",
-    "RunResult",
-    "Schedule",
-    "Sent",
-    "StreamClient",
-    "StreamFidelity",
-    "SweepPlan",
-    "SweepResult",
-    "Ticket",
-    "TokenCount",
-    "TraceSchedule",
-    "Workload",
-    "builtin_prompts",
-    "client_health",
-    "compare",
-    "compare_stream",
-    "lab_timeline",
-    "open_session",
-    "parse_rules",
-    "read_prompts",
-    "read_trace",
-    "run_sweep",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # type checkers see the names where _public imports them
+    from steadystream.bench._public import *  # noqa: F403
+    from steadystream.bench._public import __all__ as __all__
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the first use of a public name (or of __all__) imports them all.
+    if name.startswith("_") and name != "__all__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    public = importlib.import_module("steadystream.bench._public")
+    if name != "__all__" and name not in public.__all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(public, name)

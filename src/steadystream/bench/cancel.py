@@ -22,6 +22,7 @@ origins plus the fastest loopback transit, tens of microseconds.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +32,19 @@ import orjson
 
 from steadystream._clock import NS_PER_MS, Clock
 from steadystream._exceptions import SpecError
+from steadystream._types import Outcome
 from steadystream._units import parse_duration
 from steadystream.timeline import Timeline
 
-__all__ = ["CancelPoint", "CancelPolicy", "LabTruthClient", "fetch_cancel_truth"]
+__all__ = [
+    "CancelPoint",
+    "CancelPolicy",
+    "CancellationStats",
+    "LabTruthClient",
+    "Spread",
+    "cancellation_stats",
+    "fetch_cancel_truth",
+]
 
 _TOKENS = re.compile(r"^\s*(\d+)\s*(tok|tokens?)\s*$", re.IGNORECASE)
 _POLL_NS = 20 * NS_PER_MS
@@ -195,3 +205,49 @@ def _origin_offset(timeline: Timeline, record: dict[str, Any]) -> int:
     if n == 0:
         return 0
     return int((seen[:n] - np.asarray(written[:n], dtype=np.int64)).min())
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How many values there were, and their median, 95th percentile and maximum."""
+
+    count: int
+    p50: float
+    p95: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancellationStats:
+    """What cancelling cost: the streams the client left, and what the engine did after."""
+
+    cancelled: int
+    latency_ms: Spread | None  # client left -> engine freed the KV (needs a lab)
+    notice_ms: Spread | None  # client left -> engine noticed (needs a lab)
+    tax_tokens: Spread | None  # tokens generated after the client left (needs a lab)
+
+
+def cancellation_stats(timelines: Sequence[Timeline]) -> CancellationStats | None:
+    """The streams bench cancelled (``--cancel``) and the ground truth on them; None: none."""
+    cancelled = [
+        t
+        for t in timelines
+        if t.outcome is Outcome.CANCELLED and t.meta.get("cancel_after") is not None
+    ]
+    if not cancelled:
+        return None
+    return CancellationStats(
+        cancelled=len(cancelled),
+        latency_ms=_spread(cancelled, "cancel_latency_ms"),
+        notice_ms=_spread(cancelled, "cancel_notice_ms"),
+        tax_tokens=_spread(cancelled, "tokens_after_disconnect"),
+    )
+
+
+def _spread(timelines: Sequence[Timeline], key: str) -> Spread | None:
+    found = [t.meta.get(key) for t in timelines]
+    values = np.array([v for v in found if isinstance(v, int | float)], dtype=np.float64)
+    if not len(values):
+        return None
+    p50, p95, top = np.percentile(values, (50, 95, 100))
+    return Spread(len(values), float(p50), float(p95), float(top))

@@ -14,7 +14,6 @@ actual one. A stream whose open interval overlaps such a window of more than
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from steadystream._clock import NS_PER_MS, Clock
+from steadystream._tasks import cancel_and_wait
 
 __all__ = ["LAG_FLAG_NS", "LagStats", "LoopLagSampler", "lag_stats"]
 
@@ -73,10 +73,7 @@ class LoopLagSampler:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         clock, interval = self.clock, self.interval_ns

@@ -19,7 +19,6 @@ How a run ends:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from array import array
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import numpy as np
 
 from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
 from steadystream._exceptions import SpecError
+from steadystream._tasks import cancel_and_wait
 from steadystream._types import Outcome
 from steadystream.bench.cancel import CancelPolicy, LabTruthClient, fetch_cancel_truth
 from steadystream.bench.client import Sent, StreamClient
@@ -179,10 +179,7 @@ class BenchRunner:
                     if task is not timer and not task.cancelled() and task.exception():
                         raise task.exception()  # type: ignore[misc]  # a bug: let it show
         finally:
-            if timer is not None and not timer.done():
-                timer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await timer
+            await cancel_and_wait(timer)
         if pending:
             self._stop_reason = "the run's --duration and grace ended before the stream did"
             for task in pending:

@@ -21,7 +21,6 @@ instant it did go out: that is the client's scheduling lag.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -33,6 +32,7 @@ import orjson
 
 from steadystream._clock import NS_PER_S, Clock
 from steadystream._exceptions import InputError, SpecError
+from steadystream._tasks import cancel_and_wait
 from steadystream._units import parse_duration
 
 __all__ = [
@@ -302,10 +302,7 @@ class Dispatcher:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._changed = None
-            if timer is not None and not timer.done():
-                timer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await timer
+            await cancel_and_wait(timer)
 
     def _notify(self) -> None:
         if self._changed is not None and not self._changed.done():

@@ -9,35 +9,22 @@ removes it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Sequence
-from pathlib import Path
 
-import numpy as np
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from steadystream._exceptions import InputError
+from steadystream._tasks import cancel_and_wait
 from steadystream._types import Outcome
 from steadystream._units import format_seconds, format_share
+from steadystream.bench.cancel import CancellationStats
 from steadystream.bench.gate import GateReport, show_value
-from steadystream.bench.health import token_notes
 from steadystream.bench.progress import ProgressSnapshot, RunProgress
-from steadystream.bench.runner import RunResult
 from steadystream.bench.sweep import SweepPoint, SweepResult
-from steadystream.timeline import Timeline
 
-__all__ = [
-    "LiveView",
-    "cancellation_table",
-    "fidelity_notes",
-    "gate_table",
-    "load_run",
-    "sweep_table",
-]
+__all__ = ["LiveView", "cancellation_table", "gate_table", "sweep_table"]
 
 _REFRESH_S = 0.5
 
@@ -63,10 +50,7 @@ class LiveView:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -109,70 +93,25 @@ def render_snapshot(
     return Group(*parts)
 
 
-def fidelity_notes(result: RunResult) -> list[str]:
-    """The run's self-check, in words: schedule, client lag, kept up or not, token counts."""
-    health = result.health()
-    notes = [
-        f"load: {result.schedule}; {len(result.timelines)} streams in {result.elapsed_s:.1f} s"
-    ]
-    notes += health.lines()
-    problems = health.problems()
-    if problems:
-        notes.append("the client could not keep up with the asked load: " + "; ".join(problems))
-    sources: dict[str, int] = {}
-    for timeline in result.timelines:
-        source = timeline.token_source.value
-        sources[source] = sources.get(source, 0) + 1
-    notes += token_notes(sources)
-    notes += result.notes
-    if result.interrupted:
-        notes.append("the run was interrupted: streams in flight were recorded as cancelled")
-    return notes
-
-
-def cancellation_table(timelines: Sequence[Timeline]) -> Table | None:
+def cancellation_table(stats: CancellationStats) -> Table:
     """Cancelled streams: how long the engine took to free them, and what it wasted."""
-    cancelled = [
-        t
-        for t in timelines
-        if t.outcome is Outcome.CANCELLED and t.meta.get("cancel_after") is not None
-    ]
-    if not cancelled:
-        return None
-    latency = _values(cancelled, "cancel_latency_ms")
-    notice = _values(cancelled, "cancel_notice_ms")
-    tax = _values(cancelled, "tokens_after_disconnect")
     table = Table(title="Cancellation (--cancel)", title_justify="left")
     table.add_column("measure")
     for column in ("streams", "p50", "p95", "max"):
         table.add_column(column, justify="right")
-    table.add_row("cancelled by the client", str(len(cancelled)), "", "", "")
-    if len(latency):
-        table.add_row(
-            "client left → engine freed the KV (cancellation latency)",
-            str(len(latency)),
-            *(f"{v:.1f} ms" for v in np.percentile(latency, (50, 95, 100))),
-        )
-    if len(notice):
-        table.add_row(
-            "client left → engine noticed",
-            str(len(notice)),
-            *(f"{v:.1f} ms" for v in np.percentile(notice, (50, 95, 100))),
-        )
-    if len(tax):
-        table.add_row(
-            "tokens generated after the client left (cancellation tax)",
-            str(len(tax)),
-            *(f"{v:.0f}" for v in np.percentile(tax, (50, 95, 100))),
-        )
-    else:
+    table.add_row("cancelled by the client", str(stats.cancelled), "", "", "")
+    rows = (
+        ("client left → engine freed the KV (cancellation latency)", stats.latency_ms, "{:.1f} ms"),
+        ("client left → engine noticed", stats.notice_ms, "{:.1f} ms"),
+        ("tokens generated after the client left (cancellation tax)", stats.tax_tokens, "{:.0f}"),
+    )
+    for label, spread, shown in rows:
+        if spread is not None:
+            values = (spread.p50, spread.p95, spread.max)
+            table.add_row(label, str(spread.count), *(shown.format(v) for v in values))
+    if stats.tax_tokens is None:
         table.caption = "no ground truth: the server is not a lab (see --lab-truth)"
     return table
-
-
-def _values(timelines: Sequence[Timeline], key: str) -> np.ndarray:
-    values = [t.meta.get(key) for t in timelines]
-    return np.array([v for v in values if isinstance(v, int | float)], dtype=np.float64)
 
 
 def gate_table(report: GateReport, baseline: str, current: str) -> Table:
@@ -228,16 +167,3 @@ def _sweep_row(point: SweepPoint) -> list[str]:
         str(errors),
         verdict,
     ]
-
-
-def load_run(path: Path) -> tuple[list[Timeline], str | None]:
-    """A run's timelines (and a note when its last line was cut off); none is an error."""
-    from steadystream.files import read_timelines
-
-    result = read_timelines(path)
-    if not result.timelines:
-        raise InputError(f"{path}: no streams in this run")
-    note = None
-    if result.truncated_line is not None:
-        note = f"{path}: line {result.truncated_line} was cut off; the streams before it count"
-    return result.timelines, note

@@ -2,59 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from steadystream._units import format_duration, format_seconds
-from steadystream.findings import Finding, find
-from steadystream.metrics import (
-    FLEET_CATALOGUE,
-    FleetMetrics,
-    MetricConfig,
-    StreamMetrics,
-    fleet_metrics,
-    stream_table,
-    worst_streams,
-)
-from steadystream.timeline import Timeline
+from steadystream.bench.summary import Summary
+from steadystream.metrics import FLEET_CATALOGUE
 
-__all__ = ["Summary", "print_summary", "summarise", "to_json"]
-
-
-@dataclass
-class Summary:
-    config: MetricConfig
-    fleet: FleetMetrics
-    groups: dict[str, FleetMetrics]  # by label value, when asked
-    by: str | None
-    worst: list[StreamMetrics]
-    findings: list[Finding]
-    notes: list[str] = field(default_factory=list)
-
-
-def summarise(
-    timelines: Sequence[Timeline], config: MetricConfig, *, by: str | None = None, worst: int = 10
-) -> Summary:
-    table = stream_table(timelines, config)
-    fleet = fleet_metrics(table, config)
-    groups: dict[str, FleetMetrics] = {}
-    if by is not None:
-        values = sorted({t.labels.get(by, "") for t in timelines})
-        for value in values:
-            members = [t for t in timelines if t.labels.get(by, "") == value]
-            groups[value or "(none)"] = fleet_metrics(members, config)
-    return Summary(
-        config=config,
-        fleet=fleet,
-        groups=groups,
-        by=by,
-        worst=[table.row(i) for i in worst_streams(table, worst)],
-        findings=find(table, fleet, config),
-    )
+__all__ = ["print_summary", "to_json"]
 
 
 # The fleet table's rows, headline first; words and form come from the catalogue.

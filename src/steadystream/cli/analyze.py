@@ -43,8 +43,9 @@ def analyze(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
+    from steadystream.bench.summary import summarise
+    from steadystream.bench.verdict import load_run
     from steadystream.cli import _render
-    from steadystream.files import read_timelines
     from steadystream.metrics import LABEL_DIMENSIONS
 
     if by is not None and by not in LABEL_DIMENSIONS:
@@ -59,18 +60,11 @@ def analyze(
         fluidity_deadline=fluidity_deadline,
         fluidity_form=fluidity_form,
     )
-    timelines = []
-    notes = []
     with exit_on_error():
-        for path in files:
-            result = read_timelines(path)
-            timelines.extend(result.timelines)
-            if result.truncated_line is not None:
-                notes.append(
-                    f"{path}: line {result.truncated_line} was cut off mid-record; "
-                    "every complete stream before it was loaded"
-                )
-    summary = _render.summarise(timelines, config, by=by, worst=worst)
+        runs = [load_run(path, required=False) for path in files]
+    timelines = [timeline for run in runs for timeline in run.timelines]
+    notes = [run.note for run in runs if run.note]
+    summary = summarise(timelines, config, by=by, worst=worst)
     summary.notes[:0] = notes
     if json_output:
         typer.echo(_render.to_json(summary))

@@ -1,250 +1,83 @@
 """``steadystream bench``: load an OpenAI-compatible endpoint and record every stream.
 
-Only typer and the standard library are imported here; the work is in ``_bench_run``.
+The options are :class:`~steadystream.bench.config.BenchConfig`'s fields, each with its
+:class:`~steadystream.bench.config.Flag`: this module turns them into typer parameters and
+adds only what is about showing (``--live``, ``--json``). The work is in ``_bench_run``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
 from pathlib import Path
-from typing import Annotated
+from types import NoneType, UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import typer
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
+from steadystream._validation import duration_text
+from steadystream.bench.config import OUTPUT, BenchConfig, Flag
 from steadystream.cli import app
 
-_LOAD = "Load"
-_WORK = "Workload"
-_REQ = "Requests"
-_CANCEL = "Cancellation"
-_JUDGE = "Gate and sweep"
-_OUT = "Output"
+__all__ = ["bench"]
+
+_PLAIN = (bool, int, float, str, Path)
 
 
-@dataclass(frozen=True)
-class BenchArgs:
-    """The command line, as given (checked and turned into objects by ``_bench_run``)."""
-
-    url: str
-    model: str
-    output: Path | None
-    endpoint: str
-    api_key_env: str | None
-    headers: list[str]
-    request_id_header: str
-    usage: str
-    ignore_eos: bool
-    concurrency: int | None
-    rate: float | None
-    burstiness: float
-    ramp: str | None
-    trace: Path | None
-    requests: int | None
-    duration: str | None
-    grace: str
-    warmup: int
-    prompts: Path | None
-    input_tokens: str | None
-    output_tokens: str | None
-    max_tokens: int | None
-    seed: int
-    cancel: float
-    cancel_after: str | None
-    lab_truth: str
-    timeout: str
-    labels: list[str]
-    keep_text: bool
-    stall_threshold: str
-    ttft_target: str
-    gate: Path | None
-    max_regression: list[str]
-    sweep: str | None
-    slo: list[str]
-    cooldown: str
-    live: bool
-    json_output: bool
+def _cli_type(info: FieldInfo, flag: Flag) -> Any:
+    """The type typer parses the option as: the field's own when plain, else text."""
+    annotation = info.annotation
+    optional = get_origin(annotation) in (Union, UnionType) and NoneType in get_args(annotation)
+    if optional:
+        annotation = next(a for a in get_args(annotation) if a is not NoneType)
+    if get_origin(annotation) in (tuple, list, dict):
+        return list[str] | None  # repeatable; None: not given, the field's default holds
+    kind = str if flag.text or annotation not in _PLAIN else annotation
+    return kind | None if optional else kind
 
 
-@app.command()
-def bench(
-    url: Annotated[str, typer.Argument(help="API base URL, e.g. http://127.0.0.1:8000/v1")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name to request.")],
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Timeline file (default: bench-DATE-TIME.jsonl).",
-            rich_help_panel=_OUT,
-        ),
-    ] = None,
-    endpoint: Annotated[
-        str, typer.Option(help="chat or completions.", rich_help_panel=_REQ)
-    ] = "chat",
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(help="Environment variable holding the API key.", rich_help_panel=_REQ),
-    ] = None,
-    header: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--header", "-H", help="Extra header 'Name: value' (repeatable).", rich_help_panel=_REQ
-        ),
-    ] = None,
-    request_id_header: Annotated[
-        str,
-        typer.Option(
-            help="Header that carries each request's id, or 'none' (llama-cpp-python"
-            " refuses ids that are not UUIDs).",
-            rich_help_panel=_REQ,
-        ),
-    ] = "X-Request-Id",
-    usage: Annotated[
-        str,
-        typer.Option(
-            help="Ask for token usage: auto, continuous, on or off.", rich_help_panel=_REQ
-        ),
-    ] = "auto",
-    ignore_eos: Annotated[
-        bool,
-        typer.Option(
-            help="Ask vLLM-style servers to generate exactly max_tokens.", rich_help_panel=_REQ
-        ),
-    ] = False,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            help="Closed loop: streams in flight (with --rate: a cap).", rich_help_panel=_LOAD
-        ),
-    ] = None,
-    rate: Annotated[
-        float | None, typer.Option(help="Open loop: requests per second.", rich_help_panel=_LOAD)
-    ] = None,
-    burstiness: Annotated[
-        float,
-        typer.Option(help="Gamma shape of open-loop gaps; 1 = Poisson.", rich_help_panel=_LOAD),
-    ] = 1.0,
-    ramp: Annotated[
-        str | None,
-        typer.Option(help="Grow the load from 0 over this long, e.g. 30s.", rich_help_panel=_LOAD),
-    ] = None,
-    trace: Annotated[
-        Path | None,
-        typer.Option(help="Arrival times from a trace file.", rich_help_panel=_LOAD),
-    ] = None,
-    requests: Annotated[
-        int | None, typer.Option(help="Stop after this many requests.", rich_help_panel=_LOAD)
-    ] = None,
-    duration: Annotated[
-        str | None, typer.Option(help="Stop sending after this long.", rich_help_panel=_LOAD)
-    ] = None,
-    grace: Annotated[
-        str,
-        typer.Option(
-            help="After --duration, how long streams in flight may finish.", rich_help_panel=_LOAD
-        ),
-    ] = "30s",
-    warmup: Annotated[
-        int,
-        typer.Option(
-            help="Unrecorded requests sent first, one by one (one-time costs stay out).",
-            rich_help_panel=_LOAD,
-        ),
-    ] = 1,
-    prompts: Annotated[
-        Path | None,
-        typer.Option(help="Prompts JSONL (default: the built-in set).", rich_help_panel=_WORK),
-    ] = None,
-    input_tokens: Annotated[
-        str | None,
-        typer.Option(
-            help="Synthetic prompts of N tokens: 256, uniform:100-400, normal:300,50.",
-            rich_help_panel=_WORK,
-        ),
-    ] = None,
-    output_tokens: Annotated[
-        str | None,
-        typer.Option(
-            help="max_tokens per request, drawn: 256, uniform:..., normal:...",
-            rich_help_panel=_WORK,
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option(help="Cap on max_tokens.", rich_help_panel=_WORK)
-    ] = None,
-    seed: Annotated[
-        int,
-        typer.Option(help="Seed of arrivals, prompts and cancellations.", rich_help_panel=_WORK),
-    ] = 0,
-    cancel: Annotated[
-        float,
-        typer.Option(help="Fraction of streams to cancel mid-way.", rich_help_panel=_CANCEL),
-    ] = 0.0,
-    cancel_after: Annotated[
-        str | None,
-        typer.Option(help="When to cancel: 20tok or 500ms.", rich_help_panel=_CANCEL),
-    ] = None,
-    lab_truth: Annotated[
-        str,
-        typer.Option(
-            help="Read cancellation ground truth from a lab: auto, on, off.",
-            rich_help_panel=_CANCEL,
-        ),
-    ] = "auto",
-    timeout: Annotated[
-        str,
-        typer.Option(
-            help="Read timeout: no bytes for this long fails a stream.", rich_help_panel=_REQ
-        ),
-    ] = "120s",
-    label: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--label", help="key=value on every stream (route, tenant...).", rich_help_panel=_OUT
-        ),
-    ] = None,
-    keep_text: Annotated[
-        bool, typer.Option(help="Store the answers' text in the file.", rich_help_panel=_OUT)
-    ] = False,
-    stall_threshold: Annotated[
-        str, typer.Option(help="A gap above this is a stall.", rich_help_panel=_JUDGE)
-    ] = "400ms",
-    ttft_target: Annotated[
-        str, typer.Option(help="TTFT target for ITL goodput.", rich_help_panel=_JUDGE)
-    ] = "800ms",
-    gate: Annotated[
-        Path | None,
-        typer.Option(help="Gate the run against this baseline run.", rich_help_panel=_JUDGE),
-    ] = None,
-    max_regression: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max-regression", "-r", help="Gate limits, as for `gate`.", rich_help_panel=_JUDGE
-        ),
-    ] = None,
-    sweep: Annotated[
-        str | None,
-        typer.Option(
-            help="rates=1,2,4,8 | rates=search:1-64 | concurrency=1,4,16.", rich_help_panel=_JUDGE
-        ),
-    ] = None,
-    slo: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Sweep objective, e.g. goodput>=99% (default: that and ttft_p95<=800ms).",
-            rich_help_panel=_JUDGE,
-        ),
-    ] = None,
-    cooldown: Annotated[
-        str, typer.Option(help="Pause between sweep loads.", rich_help_panel=_JUDGE)
-    ] = "2s",
-    live: Annotated[
-        bool, typer.Option(help="Show the live view (on a terminal).", rich_help_panel=_OUT)
-    ] = True,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON.", rich_help_panel=_OUT)
-    ] = False,
-) -> None:
+def _parameter(name: str, info: FieldInfo) -> inspect.Parameter:
+    flag = next(m for m in info.metadata if isinstance(m, Flag))
+    kind = _cli_type(info, flag)
+    required = info.default is PydanticUndefined
+    repeatable = get_origin(kind) is UnionType and get_origin(get_args(kind)[0]) is list
+    default = ... if required else None if repeatable else info.default
+    if flag.text and isinstance(default, int):
+        default = duration_text(default)  # nanoseconds, shown and read back as 400ms
+    if flag.argument:
+        typer_info: Any = typer.Argument(help=flag.help, show_default=False)
+    else:
+        typer_info = typer.Option(*flag.names, help=flag.help, rich_help_panel=flag.panel)
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if required else default,
+        annotation=Annotated[kind, typer_info],
+    )
+
+
+_SHOWING = [
+    inspect.Parameter(
+        "live",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=True,
+        annotation=Annotated[
+            bool, typer.Option(help="Show the live view (on a terminal).", rich_help_panel=OUTPUT)
+        ],
+    ),
+    inspect.Parameter(
+        "json_output",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[
+            bool, typer.Option("--json", help="Print the summary as JSON.", rich_help_panel=OUTPUT)
+        ],
+    ),
+]
+
+
+def bench(**given: Any) -> None:
     """Load an endpoint, record every stream's timeline, and summarise the jitter.
 
     Exit codes: 0 done; 1 the gate failed or no sweep load met the SLO; 2 unusable input;
@@ -252,46 +85,14 @@ def bench(
     """
     from steadystream.cli._bench_run import execute
 
-    args = BenchArgs(
-        url=url,
-        model=model,
-        output=output,
-        endpoint=endpoint,
-        api_key_env=api_key_env,
-        headers=header or [],
-        request_id_header=request_id_header,
-        usage=usage,
-        ignore_eos=ignore_eos,
-        concurrency=concurrency,
-        rate=rate,
-        burstiness=burstiness,
-        ramp=ramp,
-        trace=trace,
-        requests=requests,
-        duration=duration,
-        grace=grace,
-        warmup=warmup,
-        prompts=prompts,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        max_tokens=max_tokens,
-        seed=seed,
-        cancel=cancel,
-        cancel_after=cancel_after,
-        lab_truth=lab_truth,
-        timeout=timeout,
-        labels=label or [],
-        keep_text=keep_text,
-        stall_threshold=stall_threshold,
-        ttft_target=ttft_target,
-        gate=gate,
-        max_regression=max_regression or [],
-        sweep=sweep,
-        slo=slo or [],
-        cooldown=cooldown,
-        live=live,
-        json_output=json_output,
-    )
-    code = execute(args)
+    live, json_output = given.pop("live"), given.pop("json_output")
+    options = {name: value for name, value in given.items() if value is not None}
+    code = execute(options, live=live, json_output=json_output)
     if code:
         raise typer.Exit(code)
+
+
+_PARAMETERS = [_parameter(n, i) for n, i in BenchConfig.model_fields.items()] + _SHOWING
+bench.__signature__ = inspect.Signature(_PARAMETERS)  # type: ignore[attr-defined]
+bench.__annotations__ = {p.name: p.annotation for p in _PARAMETERS} | {"return": None}
+app.command()(bench)

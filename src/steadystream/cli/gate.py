@@ -12,7 +12,7 @@ from steadystream.cli import app
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from steadystream.metrics import MetricConfig
+    from steadystream.bench.verdict import GateVerdict
 
 EXIT_REGRESSION = 1
 
@@ -51,6 +51,8 @@ def gate(
     """
     from rich.console import Console
 
+    from steadystream.bench.gate import parse_rules
+    from steadystream.bench.verdict import judge_runs, load_run
     from steadystream.cli._options import duration_ns, exit_on_error
     from steadystream.metrics import MetricConfig
 
@@ -59,53 +61,19 @@ def gate(
         ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
     )
     with exit_on_error():
-        passed = judge(
-            baseline,
-            current,
-            max_regression or [],
-            defaults=not no_defaults,
-            config=config,
-            console=Console(),
-            json_output=json_output,
-        )
-    if not passed:
+        rules = parse_rules(max_regression or [], defaults=not no_defaults)
+        verdict = judge_runs(load_run(baseline), load_run(current), rules, config)
+    show_verdict(verdict, Console(), json_output=json_output)
+    if not verdict.passed:
         raise typer.Exit(EXIT_REGRESSION)
 
 
-def judge(
-    baseline: Path,
-    current: Path,
-    rules_text: list[str],
-    *,
-    defaults: bool,
-    config: MetricConfig,
-    console: Console,
-    json_output: bool = False,
-) -> bool:
-    """Load both runs, print the verdict table; True when every limit holds.
-
-    Shared with ``bench --gate``. Raises :class:`~steadystream.InputError` on unusable input.
-    """
-    import orjson
-
-    from steadystream.bench.gate import compare, parse_rules
-    from steadystream.bench.health import LAGGED_SHARE_LIMIT, lagged_streams
-    from steadystream.cli._bench_view import gate_table, load_run
-    from steadystream.metrics import fleet_metrics
-
-    rules = parse_rules(rules_text, defaults=defaults)
-    before, note_before = load_run(baseline)
-    after, note_after = load_run(current)
-    report = compare(fleet_metrics(before, config), fleet_metrics(after, config), rules)
-    notes = [n for n in (note_before, note_after) if n]
-    for name, run in ((baseline, before), (current, after)):
-        lagged = lagged_streams(run)
-        if lagged > LAGGED_SHARE_LIMIT * len(run):
-            notes.append(
-                f"{name}: {lagged} of {len(run)} streams were stamped while the bench client "
-                "lagged; the verdict may reflect the client, not the server"
-            )
+def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = False) -> None:
+    """The verdict as a table and a line for people, or as JSON for scripts (shared with bench)."""
+    report = verdict.report
     if json_output:
+        import orjson
+
         payload = {
             "passed": report.passed,
             "rows": [
@@ -119,16 +87,17 @@ def judge(
                 }
                 for r in report.rows
             ],
-            "notes": notes,
+            "notes": verdict.notes,
         }
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
-        return report.passed
-    console.print(gate_table(report, str(baseline), str(current)))
-    for note in notes:
+        return
+    from steadystream.cli._bench_view import gate_table
+
+    console.print(gate_table(report, str(verdict.baseline), str(verdict.current)))
+    for note in verdict.notes:
         console.print(f"[bold]note:[/] {note}", highlight=False)
     if report.passed:
         console.print("[bold green]gate passed[/]: no limit broken")
     else:
         broken = ", ".join(r.metric.removesuffix("_s") for r in report.failures)
         console.print(f"[bold red]gate failed[/]: {broken}")
-    return report.passed

@@ -38,7 +38,7 @@ def lab(
             typer.echo(line)
         return
     from steadystream.files import JsonlWriter
-    from steadystream.lab.scenario import load_scenario
+    from steadystream.lab.scenario_file import load_scenario
     from steadystream.lab.server import serve
     from steadystream.lab.truth import RequestTruth
 

@@ -107,16 +107,7 @@ def report(
 
 
 def _load(paths: list[Path]) -> tuple[list[Timeline], list[str]]:
-    from steadystream.files import read_timelines
+    from steadystream.bench.verdict import load_run
 
-    timelines = []
-    notes = []
-    for path in paths:
-        result = read_timelines(path)
-        timelines.extend(result.timelines)
-        if result.truncated_line is not None:
-            notes.append(
-                f"{path.name}: line {result.truncated_line} was cut off mid-record; every"
-                " complete stream before it was loaded."
-            )
-    return timelines, notes
+    runs = [load_run(path, required=False) for path in paths]
+    return [t for run in runs for t in run.timelines], [run.note for run in runs if run.note]

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from steadystream._exceptions import ConfigError, SpecError
-from steadystream._units import parse_duration
+from steadystream._validation import Duration, describe_errors
 
 __all__ = [
     "FailoverConfig",
@@ -61,19 +61,6 @@ _SIZE_UNITS = {
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def _duration(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string like 1.5s or 400ms")
-    if isinstance(value, int | float):
-        value = f"{value}s"
-    if isinstance(value, str):
-        try:
-            return parse_duration(value, name="duration")
-        except SpecError as exc:
-            raise ValueError(str(exc).removeprefix("duration: ")) from None
-    raise ValueError("a duration is a number of seconds or a string like 1.5s or 400ms")
-
-
 def _size(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -82,8 +69,6 @@ def _size(value: Any) -> Any:
     raise ValueError("a size is a byte count or a string like 64KiB or 1MiB")
 
 
-Duration = Annotated[int, BeforeValidator(_duration)]
-"""Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
 Size = Annotated[int, BeforeValidator(_size)]
 """Bytes, written as a count or ``64KiB``, ``1MiB``."""
 
@@ -329,7 +314,7 @@ def config_from_mapping(
     try:
         return GatewayConfig.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from exc
+        raise ConfigError(describe_errors(exc, source, GatewayConfig)) from exc
 
 
 def load_config(path: str | Path) -> GatewayConfig:
@@ -359,54 +344,3 @@ def config_from_upstreams(
     return config_from_mapping(
         {"server": {"host": host, "port": port}, "upstreams": upstreams}, source="--upstream"
     )
-
-
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = []
-    errors = exc.errors()
-    deeper = {tuple(e["loc"][:-1]) for e in errors if len(e["loc"]) > 1}
-    for error in errors:
-        loc = [str(part) for part in error["loc"]]
-        if error["type"] == "too_short" and any(d[: len(loc)] == error["loc"] for d in deeper):
-            continue  # a list whose items failed: the items' errors say why
-        key = ".".join(loc) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            accepted = _accepted_keys(loc[:-1])
-            lines.append(f"key {key!r}: unknown key (accepted: {', '.join(accepted)})")
-        elif error["type"] == "literal_error":
-            expected = error.get("ctx", {}).get("expected", "")
-            lines.append(f"key {key!r}: got {error.get('input')!r} (accepted: {expected})")
-        else:
-            message = str(error["msg"]).removeprefix("Value error, ")
-            if error["type"] == "missing":
-                lines.append(f"key {key!r}: required")
-            else:
-                lines.append(f"key {key!r}: {message} (got {error.get('input')!r})")
-    return f"{source}: " + "; ".join(lines)
-
-
-def _accepted_keys(parent: list[str]) -> list[str]:
-    """The keys accepted at ``parent`` (a location inside the file)."""
-    model: type[BaseModel] = GatewayConfig
-    for part in parent:
-        if part.isdigit():
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            break
-        annotation = field.annotation
-        inner = _model_in(annotation)
-        if inner is None:
-            break
-        model = inner
-    return list(model.model_fields)
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None

@@ -23,6 +23,7 @@ from steadystream._exceptions import (
     UpstreamError,
     UpstreamStatusError,
     UpstreamStreamError,
+    UpstreamTimeoutError,
 )
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
@@ -32,10 +33,6 @@ __all__ = ["UpstreamPool", "UpstreamTimeoutError", "build_body", "open_session",
 
 _ERROR_BODY_LIMIT = 4096
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
-
-
-class UpstreamTimeoutError(UpstreamConnectError):
-    """No response headers within the first-token timeout (a connection that hangs)."""
 
 
 def open_session(config: GatewayConfig) -> aiohttp.ClientSession:

@@ -12,7 +12,8 @@ from steadystream.lab.engine import LabEngine
 from steadystream.lab.faults import FAULT_HEADER, FaultSpec, parse_fault_header
 from steadystream.lab.metrics import LabMetrics
 from steadystream.lab.presets import PRESETS, preset_lines
-from steadystream.lab.scenario import Scenario, load_scenario, scenario_from_mapping
+from steadystream.lab.scenario import Scenario
+from steadystream.lab.scenario_file import load_scenario, scenario_from_mapping
 from steadystream.lab.sequence import LabRequest
 from steadystream.lab.server import LabServer, serve
 from steadystream.lab.stream import Ending, StreamHandle

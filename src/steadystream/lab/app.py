@@ -33,7 +33,8 @@ from steadystream.lab.engine import LabEngine
 from steadystream.lab.faults import FAULT_HEADER, parse_fault_header
 from steadystream.lab.metrics import CONTENT_TYPE, LabMetrics
 from steadystream.lab.responses import ConnectionResetter, LabResponse
-from steadystream.lab.scenario import Scenario, load_scenario
+from steadystream.lab.scenario import Scenario
+from steadystream.lab.scenario_file import load_scenario
 from steadystream.lab.sequence import LabRequest
 from steadystream.lab.truth import RequestTruth
 from steadystream.lab.wire import SseFormat

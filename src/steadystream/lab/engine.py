@@ -14,7 +14,6 @@ Everything random about a client request is drawn at arrival from a generator se
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream._clock import Clock, MonotonicClock
+from steadystream._tasks import cancel_and_wait
 from steadystream.lab.causes import Cause, charge
 from steadystream.lab.emission import Emitter
 from steadystream.lab.faults import FaultSpec
@@ -95,11 +95,8 @@ class LabEngine:
         """End every open stream (as a shutdown) and stop the loop."""
         self._closing = True
         self.scheduler.retire_all(self.clock.now_ns(), Ending.SHUTDOWN)
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     @property
     def running(self) -> bool:

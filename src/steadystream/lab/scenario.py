@@ -3,20 +3,12 @@
 A :class:`Scenario` is a tree of small frozen pydantic models. Durations are milliseconds
 (the ``_ms`` suffix says so) and are turned into integer nanoseconds only inside the engine.
 Scenarios come from the built-in presets (:mod:`steadystream.lab.presets`) or from YAML
-files; a YAML file may start from a preset (``preset: kv-pressure``) and change a few keys.
-Anything wrong is reported as a :class:`ConfigError` naming the key and what it accepts.
+files (:mod:`steadystream.lab.scenario_file`), which may start from a preset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from steadystream._exceptions import ConfigError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "BackgroundParams",
@@ -29,8 +21,6 @@ __all__ = [
     "SchedulerParams",
     "ServerParams",
     "SpecDecodeParams",
-    "load_scenario",
-    "scenario_from_mapping",
 ]
 
 
@@ -185,87 +175,3 @@ class Scenario(_Params):
     background: BackgroundParams = BackgroundParams()
     faults: FaultParams = FaultParams()
     server: ServerParams = ServerParams()
-
-
-_SECTIONS: dict[str, type[_Params]] = {
-    name: info.annotation
-    for name, info in Scenario.model_fields.items()
-    if isinstance(info.annotation, type) and issubclass(info.annotation, _Params)
-}
-
-
-def scenario_from_mapping(data: Mapping[str, Any], *, source: str = "scenario") -> Scenario:
-    """Validate a mapping (a parsed YAML file) into a :class:`Scenario`.
-
-    A ``preset`` key names a built-in preset to start from; the other keys override it
-    section by section.
-    """
-    values = dict(data)
-    base_name = values.pop("preset", None)
-    if base_name is not None:
-        from steadystream.lab.presets import PRESETS
-
-        if not isinstance(base_name, str) or base_name not in PRESETS:
-            raise ConfigError(
-                f"{source}: key 'preset': unknown preset {base_name!r} "
-                f"(accepted: {', '.join(sorted(PRESETS))})"
-            )
-        values = _deep_merge(PRESETS[base_name].model_dump(), values)
-    try:
-        return Scenario.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from exc
-
-
-def load_scenario(name_or_path: str | Path) -> Scenario:
-    """A preset by name, or a YAML file by path."""
-    from steadystream.lab.presets import PRESETS
-
-    if isinstance(name_or_path, str) and name_or_path in PRESETS:
-        return PRESETS[name_or_path]
-    path = Path(name_or_path)
-    if not path.is_file():
-        raise ConfigError(
-            f"scenario {str(name_or_path)!r} is neither a preset ({', '.join(PRESETS)}) nor a file"
-        )
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the scenario: {exc}") from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a scenario file must hold a mapping of keys")
-    data.setdefault("name", path.stem)
-    return scenario_from_mapping(data, source=str(path))
-
-
-def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _describe(exc: ValidationError, source: str) -> str:
-    lines = []
-    for error in exc.errors():
-        loc = [str(part) for part in error["loc"]]
-        key = ".".join(loc) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            accepted = _accepted_keys(loc[:-1])
-            lines.append(f"key {key!r}: unknown key (accepted: {', '.join(accepted)})")
-        else:
-            lines.append(f"key {key!r}: {error['msg']} (got {error.get('input')!r})")
-    return f"{source}: " + "; ".join(lines)
-
-
-def _accepted_keys(parent: list[str]) -> list[str]:
-    model: type[BaseModel] = Scenario
-    if parent and parent[0] in _SECTIONS:
-        model = _SECTIONS[parent[0]]
-    keys = list(model.model_fields)
-    return [*keys, "preset"] if model is Scenario else keys

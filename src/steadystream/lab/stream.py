@@ -13,7 +13,7 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from steadystream._clock import Clock
 from steadystream._types import EventKind
@@ -21,10 +21,7 @@ from steadystream.lab.causes import labels
 from steadystream.lab.emission import PlannedEvent
 from steadystream.lab.truth import RequestTruth
 
-if TYPE_CHECKING:
-    from steadystream.lab.engine import LabEngine
-
-__all__ = ["Ending", "StreamHandle"]
+__all__ = ["Ending", "StreamHandle", "StreamOwner"]
 
 
 class Ending(enum.StrEnum):
@@ -38,6 +35,14 @@ class Ending(enum.StrEnum):
     SHUTDOWN = "shutdown"  # the lab is stopping
 
 
+class StreamOwner(Protocol):
+    """What a handle tells the engine that made it (the engine, or a test's stand-in)."""
+
+    def cancel(self, handle: StreamHandle) -> None: ...
+
+    def request_progress(self, handle: StreamHandle) -> None: ...
+
+
 class StreamHandle:
     """One request's stream, between the scheduler and the writer."""
 
@@ -45,10 +50,10 @@ class StreamHandle:
         "_clock",
         "_ending",
         "_ending_at",
-        "_engine",
         "_label_min_ns",
         "_last_planned",
         "_outbox",
+        "_owner",
         "_waiter",
         "pieces",
         "truth",
@@ -56,13 +61,13 @@ class StreamHandle:
 
     def __init__(
         self,
-        engine: LabEngine,
+        owner: StreamOwner,
         truth: RequestTruth,
         pieces: list[str],
         clock: Clock,
         label_min_ns: int,
     ) -> None:
-        self._engine = engine
+        self._owner = owner
         self._clock = clock
         self._label_min_ns = label_min_ns
         self._outbox: deque[PlannedEvent] = deque()
@@ -182,8 +187,8 @@ class StreamHandle:
         elif truth.finish_reason is None and self._ending is not None:
             truth.finish_reason = self._ending.value
         truth.stream_done = True
-        self._engine.request_progress(self)
+        self._owner.request_progress(self)
 
     def cancel(self) -> None:
         """The client went away: tell the scheduler (it frees the KV at the next step)."""
-        self._engine.cancel(self)
+        self._owner.cancel(self)

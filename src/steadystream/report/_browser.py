@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from steadystream._exceptions import SteadystreamError
+from steadystream._exceptions import BrowserError
 
 __all__ = ["CHROMIUM_FLAGS", "BrowserError", "Page", "find_chromium", "open_page"]
 
@@ -45,10 +45,6 @@ CHROMIUM_FLAGS = (
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 _LISTENING = re.compile(rb"DevTools listening on (ws://\S+)")
 _LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:", "chrome", "devtools:")
-
-
-class BrowserError(SteadystreamError):
-    """Chromium is missing, would not start, or the page failed to draw."""
 
 
 def find_chromium() -> str | None:

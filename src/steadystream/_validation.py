@@ -1,0 +1,113 @@
+"""What every pydantic configuration here shares: the ``Duration`` type, and one describer.
+
+The gateway's YAML file, the lab's scenarios and bench's options are pydantic models. They
+read durations the same way (``1.5s``, ``400ms``, a bare number of seconds; held as integer
+nanoseconds) and report what is wrong the same way: one line per problem, naming the key
+and, for an unknown key, the keys accepted there (:func:`describe_errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ValidationError
+
+from steadystream._exceptions import SpecError
+from steadystream._units import parse_duration
+
+__all__ = ["Duration", "accepted_keys", "describe_errors", "duration_text", "yaml_key"]
+
+_DURATION_FORMS = "a duration is a number of seconds or a string like 1.5s or 400ms"
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(_DURATION_FORMS)
+    if isinstance(value, int | float):
+        value = f"{value}s"
+    if isinstance(value, str):
+        try:
+            return parse_duration(value, name="duration")
+        except SpecError as exc:
+            raise ValueError(str(exc).removeprefix("duration: ")) from None
+    raise ValueError(_DURATION_FORMS)
+
+
+Duration = Annotated[int, BeforeValidator(_duration)]
+"""Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
+
+
+def duration_text(ns: int) -> str:
+    """A duration as people write it, exactly: ``400ms``, ``120s`` (for showing defaults)."""
+    for unit, size in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns and ns % size == 0:
+            return f"{ns // size}{unit}"
+    return f"{ns}ns"
+
+
+def yaml_key(loc: Sequence[str]) -> str:
+    """How a key inside a configuration file is named: ``key 'watchdog.stall_timeout'``."""
+    return f"key {'.'.join(loc) or '(top level)'!r}"
+
+
+def describe_errors(
+    exc: ValidationError,
+    source: str,
+    root: type[BaseModel],
+    *,
+    extra_keys: Sequence[str] = (),
+    name: Callable[[Sequence[str]], str] = yaml_key,
+) -> str:
+    """One line for ``exc``: each problem with the key it is at, ``source`` first.
+
+    ``extra_keys`` are keys ``root`` accepts that are not fields (a scenario's ``preset``);
+    ``name`` says how a location is shown (a file's key, or a command's ``--option``).
+    """
+    lines = []
+    errors = exc.errors()
+    deeper = {tuple(e["loc"][:-1]) for e in errors if len(e["loc"]) > 1}
+    for error in errors:
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "too_short" and any(d[: len(loc)] == error["loc"] for d in deeper):
+            continue  # a list whose items failed: the items' errors say why
+        key = name(loc)
+        if error["type"] == "extra_forbidden":
+            accepted = accepted_keys(root, loc[:-1], extra_keys)
+            lines.append(f"{key}: unknown key (accepted: {', '.join(accepted)})")
+        elif error["type"] == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            lines.append(f"{key}: got {error.get('input')!r} (accepted: {expected})")
+        elif error["type"] == "missing":
+            lines.append(f"{key}: required")
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+            lines.append(f"{key}: {message} (got {error.get('input')!r})")
+    return f"{source}: " + "; ".join(lines)
+
+
+def accepted_keys(
+    root: type[BaseModel], parent: Sequence[str], extra_keys: Sequence[str] = ()
+) -> list[str]:
+    """The keys accepted at ``parent`` (a location inside ``root``; list indexes skipped)."""
+    model = root
+    for part in parent:
+        if part.isdigit():
+            continue
+        field = model.model_fields.get(part)
+        inner = None if field is None else _model_in(field.annotation)
+        if inner is None:
+            break
+        model = inner
+    keys = list(model.model_fields)
+    return [*keys, *extra_keys] if model is root else keys
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

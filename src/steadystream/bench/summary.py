@@ -1,0 +1,82 @@
+"""A run in numbers and words: the fleet's metrics, the worst streams, findings and notes.
+
+:func:`summarise` is what ``bench`` and ``analyze`` print (as a table or JSON); it computes
+and never renders. :func:`run_notes` is a run's self-check in words: the load it ran, the
+client's lag, whether it kept up, and where the token counts came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from steadystream.bench.health import token_notes
+from steadystream.bench.runner import RunResult
+from steadystream.findings import Finding, find
+from steadystream.metrics import (
+    FleetMetrics,
+    MetricConfig,
+    StreamMetrics,
+    fleet_metrics,
+    stream_table,
+    worst_streams,
+)
+from steadystream.timeline import Timeline
+
+__all__ = ["Summary", "run_notes", "summarise"]
+
+
+@dataclass
+class Summary:
+    """The fleet (and each group's), the worst streams, what was found, and notes."""
+
+    config: MetricConfig
+    fleet: FleetMetrics
+    groups: dict[str, FleetMetrics]  # by label value, when asked
+    by: str | None
+    worst: list[StreamMetrics]
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+
+def summarise(
+    timelines: Sequence[Timeline], config: MetricConfig, *, by: str | None = None, worst: int = 10
+) -> Summary:
+    """Summarise ``timelines``; with ``by``, also per value of that label."""
+    table = stream_table(timelines, config)
+    fleet = fleet_metrics(table, config)
+    groups: dict[str, FleetMetrics] = {}
+    if by is not None:
+        values = sorted({t.labels.get(by, "") for t in timelines})
+        for value in values:
+            members = [t for t in timelines if t.labels.get(by, "") == value]
+            groups[value or "(none)"] = fleet_metrics(members, config)
+    return Summary(
+        config=config,
+        fleet=fleet,
+        groups=groups,
+        by=by,
+        worst=[table.row(i) for i in worst_streams(table, worst)],
+        findings=find(table, fleet, config),
+    )
+
+
+def run_notes(result: RunResult) -> list[str]:
+    """The run's self-check, in words: schedule, client lag, kept up or not, token counts."""
+    health = result.health()
+    notes = [
+        f"load: {result.schedule}; {len(result.timelines)} streams in {result.elapsed_s:.1f} s"
+    ]
+    notes += health.lines()
+    problems = health.problems()
+    if problems:
+        notes.append("the client could not keep up with the asked load: " + "; ".join(problems))
+    sources: dict[str, int] = {}
+    for timeline in result.timelines:
+        source = timeline.token_source.value
+        sources[source] = sources.get(source, 0) + 1
+    notes += token_notes(sources)
+    notes += result.notes
+    if result.interrupted:
+        notes.append("the run was interrupted: streams in flight were recorded as cancelled")
+    return notes

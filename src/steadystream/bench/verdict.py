@@ -1,0 +1,86 @@
+"""The gate's verdict on two recorded runs, as ``steadystream gate`` and ``bench --gate`` give it.
+
+:func:`judge_runs` compares the fleet metrics of a baseline run and a current run under
+the gate's limits (:func:`~steadystream.bench.gate.parse_rules`) and adds what a reader
+must know to trust the verdict: a run whose last line was cut off, or one recorded while
+the bench client lagged (then the verdict may be about the client, not the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from steadystream._exceptions import InputError
+from steadystream.bench.gate import GateReport, GateRule, compare
+from steadystream.bench.health import LAGGED_SHARE_LIMIT, lagged_streams
+from steadystream.metrics import MetricConfig, fleet_metrics
+from steadystream.timeline import Timeline
+
+__all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_run"]
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A recorded run: its streams, and a note when its last line was cut off."""
+
+    path: Path
+    timelines: list[Timeline]
+    note: str | None = None
+
+
+def load_run(path: Path, *, required: bool = True) -> LoadedRun:
+    """A run's timelines, and a note when its last line was cut off (the streams before it
+    count); with ``required``, a file with no streams is an :class:`~steadystream.InputError`.
+
+    ``gate``, ``bench --gate``, ``analyze`` and ``report`` read runs so.
+    """
+    from steadystream.files import read_timelines
+
+    result = read_timelines(path)
+    if required and not result.timelines:
+        raise InputError(f"{path}: no streams in this run")
+    note = None
+    if result.truncated_line is not None:
+        note = (
+            f"{path}: line {result.truncated_line} was cut off mid-record; every complete "
+            "stream before it was loaded"
+        )
+    return LoadedRun(Path(path), result.timelines, note)
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The gate's table for ``current`` against ``baseline``, and notes on trusting it."""
+
+    baseline: Path
+    current: Path
+    report: GateReport
+    notes: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+
+def judge_runs(
+    baseline: LoadedRun,
+    current: LoadedRun,
+    rules: Sequence[GateRule],
+    config: MetricConfig | None = None,
+) -> GateVerdict:
+    """Judge ``current`` against ``baseline`` under ``rules`` (from :func:`parse_rules`)."""
+    config = config if config is not None else MetricConfig()
+    report = compare(
+        fleet_metrics(baseline.timelines, config), fleet_metrics(current.timelines, config), rules
+    )
+    notes = [run.note for run in (baseline, current) if run.note]
+    for run in (baseline, current):
+        lagged = lagged_streams(run.timelines)
+        if lagged > LAGGED_SHARE_LIMIT * len(run.timelines):
+            notes.append(
+                f"{run.path}: {lagged} of {len(run.timelines)} streams were stamped while the "
+                "bench client lagged; the verdict may reflect the client, not the server"
+            )
+    return GateVerdict(baseline.path, current.path, report, notes)
