@@ -8,6 +8,7 @@
      ├── ProtocolError            bytes from a peer that break SSE or the OpenAI chunk shape
      └── UpstreamError            a peer we called failed
           ├── UpstreamConnectError  could not connect (refused, DNS, TLS)
+          │    └── UpstreamTimeoutError  no response headers in time (a hanging peer)
           ├── UpstreamStatusError   answered with an HTTP error status
           └── UpstreamStreamError   broke off mid-stream (reset, in-band error, no [DONE])
 
@@ -28,6 +29,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamStatusError",
     "UpstreamStreamError",
+    "UpstreamTimeoutError",
 ]
 
 
@@ -79,11 +81,16 @@ class UpstreamConnectError(UpstreamError):
     """The connection could not be made (refused, DNS failure, TLS)."""
 
 
+class UpstreamTimeoutError(UpstreamConnectError):
+    """No response headers within the time allowed (a connection that hangs)."""
+
+
 class UpstreamStatusError(UpstreamError):
     """The server answered with an HTTP error status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after: str | None = None) -> None:
         self.status = status
+        self.retry_after = retry_after  # the peer's Retry-After, checked, for a 429 or 503
         super().__init__(f"HTTP {status}: {message}")
 
 
