@@ -178,7 +178,7 @@ class EventCutter:
         )
 
     def _oversized(self, pending: int) -> ReadResult:
-        self._carry = bytearray()  # nothing of it will be sent: let it go now
+        # The half event stays (and shows in pending_bytes) until the attempt is dropped.
         return ReadResult(
             b"",
             [],
