@@ -198,7 +198,9 @@ def test_a_continuations_usage_describes_the_answer_the_client_received() -> Non
     assert (sent["prompt_tokens"], sent["completion_tokens"], sent["total_tokens"]) == (20, 11, 31)
     assert tail.usage_counts == sent
     # What the fallback billed is kept apart, unchanged.
-    assert [p.usage_counts for p in pieces if p.kind is EventKind.USAGE][0]["prompt_tokens"] == 28
+    (billed,) = [p.usage_counts for p in pieces if p.kind is EventKind.USAGE]
+    assert billed is not None
+    assert billed["prompt_tokens"] == 28
 
 
 def test_a_huge_event_in_small_reads_costs_linear_time() -> None:

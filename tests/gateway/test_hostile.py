@@ -129,7 +129,7 @@ def test_an_oversized_event_fails_its_stream_in_band(
             {"X-Request-Id": mode},
             timeout=20,
         )
-        up, down = sink.edges(mode)
+        _, down = sink.edges(mode)
     assert streamed.status == 200
     assert streamed.text == "one two three "  # what came before it was relayed
     assert streamed.done
