@@ -142,3 +142,29 @@ def _read_response(sock: socket.socket) -> bytes:
             break
         data += chunk
     return data
+
+
+def test_a_request_head_that_trickles_in_is_cut_at_the_header_timeout(
+    upstream: HostileUpstream,
+) -> None:
+    config = gateway_config(plain(upstream), server={"header_timeout": "300ms"})
+    with GatewayServer(config) as gw:
+        idle = connect(gw.base_url)  # sends nothing at all
+        loris = connect(gw.base_url)
+        started = time.monotonic()
+        loris.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        closed = []
+        for sock in (idle, loris):
+            try:
+                for _ in range(20):
+                    sock.sendall(b"X-Slow: 1\r\n")  # a header line now and then...
+                    time.sleep(0.1)
+            except OSError:
+                closed.append(time.monotonic() - started)
+                continue
+            closed.append(-1.0 if sock.recv(1) else time.monotonic() - started)
+        idle.close()
+        loris.close()
+        served = post(gw.base_url, "/chat/completions", chat_body(3))  # others unharmed
+    assert all(0 < t < 2.5 for t in closed), closed
+    assert served.done

@@ -136,8 +136,8 @@ def test_an_oversized_event_fails_its_stream_in_band(
     assert "limits.max_event_bytes" in (streamed.error or "")
     assert down.outcome is Outcome.ERROR
     assert down.meta["attempts"][0]["failure"] == "oversized-event"
-    # The half event held counts in the stream's buffer peak (bounded by the limit + a read).
-    assert 256 * 1024 < down.meta["buffer_peak_bytes"] <= 256 * 1024 + 2 * 65_536
+    # The half event held counts in the buffer peak (the limit plus at most one socket read).
+    assert 256 * 1024 < down.meta["buffer_peak_bytes"] <= 2 * 256 * 1024  # + one read
 
 
 def test_a_429_keeps_its_retry_after(upstream: HostileUpstream) -> None:
