@@ -173,7 +173,7 @@ async def _hand_over(
     ctx: StreamContext, attempt: Attempt, out: Out, outlet: RawOutlet | None, now: int
 ) -> None:
     buffer = ctx.buffer
-    size = len(out.data)
+    size = out.cost
     events = len(out.pieces)
     if outlet is not None and not buffer and outlet.open:
         # Nothing queued and the client keeps up: send it now, without the hop through the

@@ -377,7 +377,7 @@ class StreamRelay(Relay):
     def _keepalive(self) -> None:
         outlet = self.outlet
         if outlet is None or not outlet.busy:
-            self.ctx.buffer.offer(_KEEPALIVE_OUT, len(KEEPALIVE))
+            self.ctx.buffer.offer(_KEEPALIVE_OUT, _KEEPALIVE_OUT.cost)
 
     def _stop_read(self, failure: Failure) -> None:
         attempt = self.current
@@ -422,7 +422,8 @@ class StreamRelay(Relay):
             failure.message,
         )
         if not self.ctx.buffer.closed:
-            await self.ctx.buffer.put(Out(DONE, [_DONE_PIECE]), len(DONE))
+            done = Out(DONE, [_DONE_PIECE])
+            await self.ctx.buffer.put(done, done.cost)
 
     async def _end_with_error(self, message: str, code: str) -> None:
         """End the committed stream with an OpenAI-style error event and ``[DONE]``."""
@@ -435,4 +436,5 @@ class StreamRelay(Relay):
         self.state.metrics.errors.labels(labels["route"], labels["tenant"], "in_band").inc()
         self.state.log.warning("request %s: %s", self.record.request_id, message)
         if not self.ctx.buffer.closed:
-            await self.ctx.buffer.put(Out(data, [piece, _DONE_MARK]), len(data), 2)
+            out = Out(data, [piece, _DONE_MARK])
+            await self.ctx.buffer.put(out, out.cost, 2)
