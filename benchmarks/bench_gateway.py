@@ -41,6 +41,7 @@ import numpy as np
 import orjson
 
 from steadystream._processes import free_port
+from steadystream._transport_errors import TRANSPORT_ERRORS
 from steadystream.files import read_timelines
 from steadystream.protocol import SseDecoder, SseEvent
 
@@ -252,7 +253,7 @@ async def one_stream(
                 for item in decoder.feed(data):
                     if isinstance(item, SseEvent) and item.data != "[DONE]":
                         arrivals.append(now)
-    except (aiohttp.ClientError, OSError) as exc:
+    except TRANSPORT_ERRORS as exc:
         result.error = str(exc)
     return result
 

@@ -84,14 +84,15 @@ class UpstreamConnectError(UpstreamError):
 
 
 class UpstreamTimeoutError(UpstreamConnectError):
-    """No response headers within the first-token timeout (a connection that hangs)."""
+    """No response headers within the time allowed (a connection that hangs)."""
 
 
 class UpstreamStatusError(UpstreamError):
     """The server answered with an HTTP error status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after: str | None = None) -> None:
         self.status = status
+        self.retry_after = retry_after  # the peer's Retry-After, checked, for a 429 or 503
         super().__init__(f"HTTP {status}: {message}")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from steadystream import EventKind
 from steadystream.gateway.events import ChunkFormat, EventCutter, FallbackRewriter, Piece
 from steadystream.gateway.failover import Cause, PrefixMatcher
 from steadystream.protocol import DONE, SseDecoder, chat_chunk, encode_chunk, parse_chunk
+from steadystream.protocol.chunks import usage_chunk
 from tests.protocol.conftest import cut
 
 
@@ -177,3 +180,50 @@ def test_keepalive_comments_and_unknown_events_are_keepalives(split: int) -> Non
     _, pieces, done = feed_all(cut(body, [split]))
     assert [p.kind for p in pieces] == [EventKind.KEEPALIVE, EventKind.KEEPALIVE, None]
     assert done
+
+
+def test_a_continuations_usage_describes_the_answer_the_client_received() -> None:
+    # 8 tokens were committed by the first upstream; the fallback counted the prompt with
+    # those 8 as an assistant prefix, and only its own 3 completion tokens.
+    usage = encode_chunk(
+        usage_chunk(
+            "other", "fallback", 1, object_name="chat.completion.chunk",
+            prompt_tokens=28, completion_tokens=3,
+        )
+    )  # fmt: skip
+    _, pieces, _ = feed_all([chat_stream(["a", "b", "c"]).removesuffix(DONE) + usage + DONE])
+    rewriter = FallbackRewriter({"id": "first"}, role_sent=True, matcher=None, usage_base=8)
+    (tail,) = [p for p in relayed(rewriter, pieces) if p.kind is EventKind.USAGE]
+    sent = orjson.loads(tail.raw.removeprefix(b"data: "))["usage"]
+    assert (sent["prompt_tokens"], sent["completion_tokens"], sent["total_tokens"]) == (20, 11, 31)
+    assert tail.usage_counts == sent
+    # What the fallback billed is kept apart, unchanged.
+    (billed,) = [p.usage_counts for p in pieces if p.kind is EventKind.USAGE]
+    assert billed is not None
+    assert billed["prompt_tokens"] == 28
+
+
+def test_a_huge_event_in_small_reads_costs_linear_time() -> None:
+    # 16 MiB in 4 KiB reads: re-copying the half event on every read (the old cutter) moves
+    # 32 GiB and takes minutes; a linear cutter takes well under a second.
+    cutter = EventCutter(max_event_bytes=64 << 20)
+    read = b"x" * 4096
+    started = time.perf_counter()
+    assert cutter.feed(b'data: {"pad": "').pieces == []
+    for _ in range(4096):
+        assert cutter.feed(read).failure is None
+    result = cutter.feed(b'"}\n\n')
+    took = time.perf_counter() - started
+    assert result.failure is not None  # it is no chunk, but it was cut whole
+    assert result.failure.cause is Cause.BAD_PAYLOAD
+    assert took < 5.0
+
+
+def test_an_event_past_max_event_bytes_fails_as_soon_as_it_passes() -> None:
+    cutter = EventCutter(max_event_bytes=10_000)
+    assert cutter.feed(b"data: " + b"y" * 9_000).failure is None
+    result = cutter.feed(b"y" * 2_000)
+    assert result.failure is not None
+    assert result.failure.cause is Cause.OVERSIZED_EVENT
+    assert "limits.max_event_bytes (10000 bytes)" in result.failure.message
+    assert cutter.pending_bytes == 11_006  # still held: the stream's buffer peak shows it

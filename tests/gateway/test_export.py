@@ -7,7 +7,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from steadystream import Where
-from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics, _Histogram
+from steadystream._histogram import FastHistogram
+from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics
 from steadystream.metrics import stream_metrics
 from tests.conftest import make_timeline
 
@@ -27,7 +28,7 @@ def test_buckets_tell_33ms_from_50ms_from_400ms() -> None:
 
 
 def test_a_value_on_a_bound_goes_into_that_bucket_as_prometheus_does() -> None:
-    histogram = _Histogram("h", "doc", ("x",), (0.01, 0.05))
+    histogram = FastHistogram("h", "doc", ("x",), (0.01, 0.05))
     histogram.observe(("a",), [0.01, 0.02, 0.05, 0.2, float("nan")])
     family = histogram.collect()
     buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
@@ -35,7 +36,7 @@ def test_a_value_on_a_bound_goes_into_that_bucket_as_prometheus_does() -> None:
     count = next(s.value for s in family.samples if s.name == "h_count")
     assert count == 4.0
     with pytest.raises(ValueError, match="increasing"):
-        _Histogram("h", "doc", (), (0.5, 0.1))
+        FastHistogram("h", "doc", (), (0.5, 0.1))
 
 
 def test_one_stream_observed_at_both_edges() -> None:

@@ -216,3 +216,24 @@ def test_each_upstream_is_tried_once(sink: MemorySink) -> None:
     assert streamed.error is not None
     assert "no upstream left" in streamed.error
     assert [a["upstream"] for a in down.meta["attempts"]] == ["dead", "slow"]
+
+
+def test_usage_after_a_continuation_is_the_delivered_answer_and_billing_is_kept(
+    sink: MemorySink,
+) -> None:
+    body = chat_body(24, stream_options={"include_usage": True})
+    streamed, _, down, first, second = run(
+        sink, STALL, policy="continue", fallback_seed=99, body=body
+    )
+    assert second is not None
+    usages = [orjson.loads(data)["usage"] for _, data in streamed.events if '"usage"' in data]
+    sent = usages[-1]
+    delivered = len(answer(first)) + len(answer(second))  # one token per lab content chunk
+    assert sent["completion_tokens"] == delivered == 24
+    assert sent["prompt_tokens"] == second.prompt_tokens - 8
+    assert sent["total_tokens"] == sent["prompt_tokens"] + sent["completion_tokens"]
+    billed = down.meta["usage"]["billed"]
+    assert [b["upstream"] for b in billed] == ["primary", "fallback"]
+    assert billed[1]["prompt_tokens"] == second.prompt_tokens  # as the fallback reported it
+    assert billed[1]["completion_tokens"] == len(answer(second))
+    assert down.meta["usage"]["delivered"] == sent

@@ -1,12 +1,9 @@
-"""The stall watchdog: first-token and inter-token deadlines, on plain numbers and a FakeClock."""
+"""The stall watchdog's pure deadlines, on plain numbers (the guard that runs them: test_guard)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from steadystream import FakeClock
 from steadystream.gateway.watchdog import StallKind, Watchdog
 
 MS = 1_000_000
@@ -35,11 +32,17 @@ def test_each_token_moves_the_stall_deadline() -> None:
     assert watchdog.expired(500 * MS) is StallKind.INTER_TOKEN
 
 
-def test_no_deadline_after_the_upstream_finished() -> None:
-    watchdog = make()
+def test_after_a_finish_only_the_end_of_the_body_is_due() -> None:
+    watchdog = Watchdog(first_token_ns=1000 * MS, stall_ns=300 * MS, finish_ns=2000 * MS)
     watchdog.start(0)
     watchdog.token(10 * MS)
-    watchdog.finish()
+    watchdog.finish(20 * MS)
+    assert watchdog.finished
+    assert watchdog.deadline() == 2020 * MS  # the stall deadline no longer applies
+    watchdog.token(30 * MS)  # a token after the finish does not re-arm it
+    assert watchdog.expired(2019 * MS) is None
+    assert watchdog.expired(2020 * MS) is StallKind.AFTER_FINISH
+    watchdog.done()
     assert watchdog.deadline() is None
     assert watchdog.expired(10_000 * MS) is None
 
@@ -63,35 +66,6 @@ def test_timeouts_must_be_positive() -> None:
         Watchdog(first_token_ns=0, stall_ns=1)
 
 
-@pytest.mark.asyncio
-async def test_a_guard_on_the_fake_clock_fires_exactly_at_the_stall() -> None:
-    # The shape of the relay's guard loop: sleep to the deadline, re-read it, fire once due.
-    clock = FakeClock()
-    watchdog = make(first_token_ms=500, stall_ms=300)
-    watchdog.start(clock.now_ns())
-    fired: list[tuple[int, StallKind]] = []
-
-    async def guard() -> None:
-        while True:
-            now = clock.now_ns()
-            if (kind := watchdog.expired(now)) is not None:
-                fired.append((now, kind))
-                return
-            deadline = watchdog.deadline()
-            assert deadline is not None
-            await clock.sleep_until(deadline)
-
-    async def upstream() -> None:
-        for t in (120, 150, 400):  # tokens; then silence
-            await clock.sleep_until(t * MS)
-            watchdog.token(clock.now_ns())
-
-    tasks = [asyncio.ensure_future(guard()), asyncio.ensure_future(upstream())]
-    await clock.run_until_idle()
-    await asyncio.gather(*tasks)
-    assert fired == [(700 * MS, StallKind.INTER_TOKEN)]
-
-
 def test_a_waived_silence_runs_to_the_give_up_bound_then_rearms_on_a_token() -> None:
     watchdog = make()
     watchdog.start(0)
@@ -110,7 +84,7 @@ def test_a_waived_silence_runs_to_the_give_up_bound_then_rearms_on_a_token() -> 
 def test_a_finished_watchdog_is_not_rearmed_by_a_waiver() -> None:
     watchdog = make()
     watchdog.start(0)
-    watchdog.finish()
+    watchdog.done()
     watchdog.waive(give_up_ns=5_000 * MS)
     assert watchdog.deadline() is None
     watchdog.token(10 * MS)

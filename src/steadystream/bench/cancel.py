@@ -32,6 +32,7 @@ import orjson
 
 from steadystream._clock import NS_PER_MS, Clock
 from steadystream._exceptions import SpecError
+from steadystream._transport_errors import TRANSPORT_ERRORS
 from steadystream._types import Outcome
 from steadystream._units import parse_duration
 from steadystream.timeline import Timeline
@@ -142,7 +143,7 @@ class LabTruthClient:
             async with self.session.get(url) as resp:
                 body = await resp.read()
                 status = resp.status
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except TRANSPORT_ERRORS as exc:
             self._fail(f"cannot reach {url}: {exc.__class__.__name__}")
             return None
         record: Any = None

@@ -33,6 +33,7 @@ import orjson
 
 from steadystream._clock import Clock
 from steadystream._exceptions import ProtocolError
+from steadystream._transport_errors import TRANSPORT_ERRORS
 from steadystream._types import Outcome, Where
 from steadystream.bench.cancel import CancelPoint
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
@@ -175,7 +176,7 @@ class StreamClient:
                 if on_interrupt is not None:
                     on_interrupt(state.sent(level, spec))
             raise
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             if state.timeline is None:
                 outcome, message = _describe(
                     exc, recorder_started=state.reads > 0, endpoint=endpoint

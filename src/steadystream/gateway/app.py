@@ -2,6 +2,9 @@
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
 ``GET /v1/models``, ``GET /healthz``, ``GET /metrics``. Clients change only their base URL.
+Anything else gets an OpenAI-style JSON error (404, 405), as the SDKs expect. With tenants
+configured, ``/metrics`` and ``/healthz`` need a gateway key too unless
+``server.metrics_auth`` is off: they name tenants, models and upstreams.
 
 Every generation request is checked in this order, each failure an OpenAI-style error:
 gateway key (401), body size (413), body and fields (400 naming the field), model allowed
@@ -12,6 +15,7 @@ handed to :class:`~steadystream.gateway.relay.StreamRelay` or
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -23,14 +27,15 @@ import aiohttp
 import orjson
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import ConfigError, SpecError, UpstreamError
-from steadystream.gateway.auth import Authenticator, AuthError, Tenant
+from steadystream.gateway.auth import Authenticator, Tenant
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
 from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
@@ -45,7 +50,7 @@ from steadystream.gateway.requests import (
 from steadystream.gateway.requests import (
     Route as RouteName,
 )
-from steadystream.gateway.state import GatewayState
+from steadystream.gateway.state import GatewayState, ModelLabels
 from steadystream.gateway.upstreams import UpstreamPool, open_session
 from steadystream.gateway.whole import WholeRelay
 from steadystream.shaping import Pacer, parse_spec
@@ -85,6 +90,10 @@ def create_app(
         metrics=GatewayMetrics(registry if registry is not None else CollectorRegistry()),
         recorder=recorder,
     )
+    state.model_labels = ModelLabels(
+        [*state.pool.models(), *(m for t in config.tenants for m in t.models)],
+        config.limits.max_model_labels,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -117,10 +126,15 @@ def create_app(
     routes = [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
         Route("/v1/models", _models(state), methods=["GET"]),
-        Route("/healthz", _health(state), methods=["GET"]),
-        Route("/metrics", _metrics(state), methods=["GET"]),
+        Route("/healthz", _guarded(state, _health(state)), methods=["GET"]),
+        Route("/metrics", _guarded(state, _metrics(state)), methods=["GET"]),
     ]
-    app = _GatewayApp(generation, routes=routes, lifespan=lifespan)
+    app = _GatewayApp(
+        generation,
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},
+    )
     app.state.gateway = state
     return app
 
@@ -182,7 +196,7 @@ class _Generation:
         try:
             tenant = state.auth.tenant_for(request.headers.get("authorization"))
             tenant_name = tenant.name
-            raw = await _read_body(request, state.config.limits.max_body_bytes)
+            raw = await _read_body(request, state.config)
             proxy = parse_request(raw, self.route)
             state.auth.check_model(tenant, proxy.model)
             candidates = state.pool.candidates(proxy.model)
@@ -195,13 +209,10 @@ class _Generation:
                     code="model_not_found",
                 )
             pacer = self._pacer(request, tenant, proxy)
-        except AuthError as exc:
-            state.metrics.errors.labels(self.route, tenant_name, exc.code).inc()
-            kind = "authentication_error" if exc.status == 401 else "permission_error"
-            response = error_response(
-                exc.status, exc.message, None, kind, exc.code, headers=headers
-            )
-            await response(scope, receive, send)
+        except ClientDisconnect:
+            # The client left before its body was in: nobody to answer, nothing to trace.
+            state.metrics.errors.labels(self.route, tenant_name, "client_disconnected").inc()
+            state.log.debug("request %s: the client left mid-body", request_id)
             return
         except ApiError as exc:
             state.metrics.errors.labels(self.route, tenant_name, exc.code or "bad_request").inc()
@@ -249,7 +260,9 @@ class _Generation:
         return None if pacer.name == "passthrough" else pacer
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, config: GatewayConfig) -> bytes:
+    """The body, at most ``limits.max_body_bytes``, within ``server.body_timeout``."""
+    limit = config.limits.max_body_bytes
     declared = request.headers.get("content-length")
     too_large = ApiError(
         413, f"the request body is larger than {limit} bytes", code="request_too_large"
@@ -258,12 +271,46 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise too_large
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(config.server.body_timeout / 1e9):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise ApiError(
+            408, "the request body did not arrive in time (server.body_timeout)", code="timeout"
+        ) from exc
     return b"".join(chunks)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method) in OpenAI's shape."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no such route: {request.method} {request.url.path}"
+        return error_response(404, message, None, "invalid_request_error", "not_found")
+    message = f"{request.method} is not allowed on {request.url.path}"
+    return error_response(
+        exc.status_code, message, None, "invalid_request_error", "method_not_allowed",
+        headers=dict(exc.headers or {}),
+    )  # fmt: skip
+
+
+def _guarded(state: GatewayState, endpoint: _Endpoint) -> _Endpoint:
+    """``endpoint`` behind a gateway key when tenants exist and ``server.metrics_auth`` is on."""
+    if state.auth.open or not state.config.server.metrics_auth:
+        return endpoint
+
+    async def guarded(request: Request) -> Response:
+        try:
+            state.auth.tenant_for(request.headers.get("authorization"))
+        except ApiError as exc:
+            return exc.response()
+        return await endpoint(request)
+
+    return guarded
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -274,8 +321,8 @@ def _models(state: GatewayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
         try:
             tenant = state.auth.tenant_for(request.headers.get("authorization"))
-        except AuthError as exc:
-            return error_response(exc.status, exc.message, None, "authentication_error", exc.code)
+        except ApiError as exc:
+            return exc.response()
         names = dict.fromkeys(state.pool.models())
         for upstream in state.pool.upstreams:
             if upstream.models:

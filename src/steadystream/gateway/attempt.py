@@ -3,26 +3,33 @@
 Per read: one SSE decode and one chunk parse per event (:class:`EventCutter`), a few array
 appends for the ``gateway-upstream`` timeline, the watchdog and progress updates, and one
 buffer put of the bytes as they came. A fallback's events go through its rewriter first.
+
+The reader sees a :class:`~steadystream.gateway.context.StreamContext` and its own
+:class:`Attempt`, never the relay; the body comes through a
+:data:`~steadystream.gateway.upstreams.BodyReader`, so the transport can change under it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
-from steadystream._exceptions import UpstreamError, UpstreamStatusError
+from steadystream._exceptions import (
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeoutError,
+)
 from steadystream._types import TEXT_KINDS, EventKind
 from steadystream.gateway.config import UpstreamConfig
+from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import EventCutter, Failure, FallbackRewriter, Piece
 from steadystream.gateway.failover import Action, Cause
-from steadystream.gateway.upstreams import UpstreamTimeoutError
+from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
-from steadystream.gateway.writers import Out
-
-if TYPE_CHECKING:
-    from steadystream.gateway.relay import StreamRelay
+from steadystream.gateway.writers import RawOutlet
 
 __all__ = ["Attempt", "cause_of", "read_attempt"]
 
@@ -32,6 +39,7 @@ class Attempt:
 
     __slots__ = (
         "action",
+        "body",
         "cutter",
         "entry",
         "failure",
@@ -41,23 +49,38 @@ class Attempt:
         "rewriter",
         "task",
         "upstream",
+        "usage_base",
         "watchdog",
     )
 
     def __init__(
-        self, upstream: UpstreamConfig, index: int, request_id: str, watchdog: Watchdog
+        self,
+        upstream: UpstreamConfig,
+        index: int,
+        request_id: str,
+        watchdog: Watchdog,
+        *,
+        max_event_bytes: int = 1 << 20,
     ) -> None:
         self.upstream = upstream
         self.index = index
         self.request_id = request_id
         self.watchdog = watchdog
-        self.cutter = EventCutter()
+        self.cutter = EventCutter(max_event_bytes=max_event_bytes)
         self.rewriter: FallbackRewriter | None = None
         self.response: aiohttp.ClientResponse | None = None
+        self.body: BodyReader | None = None
         self.task: asyncio.Task[Failure | None] | None = None
         self.failure: Failure | None = None  # set by the guard when it stops the reader
         self.action = Action.RETRY
         self.entry: dict[str, Any] | None = None  # the failover that led here
+        self.usage_base = 0  # a continuation's running usage counts from here
+
+    @property
+    def reading(self) -> bool:
+        """Its reader runs and nobody has stopped it yet."""
+        task = self.task
+        return task is not None and not task.done() and self.failure is None
 
     def close(self, *, clean: bool) -> None:
         """Close the upstream response: released to the pool after a clean end, else dropped."""
@@ -70,25 +93,27 @@ class Attempt:
             response.close()
 
 
-async def read_attempt(relay: StreamRelay, attempt: Attempt) -> Failure | None:
-    """Read one upstream response into the relay's buffer; None once it ended cleanly."""
-    response = attempt.response
-    assert response is not None
-    content = response.content
+async def read_attempt(
+    ctx: StreamContext, attempt: Attempt, outlet: RawOutlet | None
+) -> Failure | None:
+    """Read one upstream response into the stream; None once it ended cleanly."""
+    read = attempt.body
+    assert read is not None
     cutter = attempt.cutter
     rewriter = attempt.rewriter
     watchdog = attempt.watchdog
-    buffer = relay.buffer
-    progress = relay.progress
-    clock = relay.clock
-    upstream_log = relay.record.upstream
-    received = relay.record.received_ns
-    usage_base = relay.usage_base
+    buffer = ctx.buffer
+    progress = ctx.progress
+    clock = ctx.clock
+    record = ctx.record
+    upstream_log = record.upstream
+    received = record.received_ns
+    usage_base = attempt.usage_base
     while True:
         try:
-            data = await content.readany()
-        except (aiohttp.ClientError, OSError) as exc:
-            return Failure(Cause.RESET, f"the upstream connection broke: {exc}")
+            data = await read()
+        except UpstreamStreamError as exc:
+            return Failure(Cause.RESET, str(exc))
         if not data:
             return Failure(Cause.RESET, cutter.error_at_end())
         now = clock.now_ns()
@@ -97,12 +122,17 @@ async def read_attempt(relay: StreamRelay, attempt: Attempt) -> Failure | None:
             upstream_log.first_byte_ns = t
         result = cutter.feed(data)
         pieces = result.pieces
-        if relay.envelope is None and cutter.envelope is not None:
-            relay.envelope = cutter.envelope
+        held = cutter.pending_bytes
+        if held:
+            buffer.hold(held)
+        if ctx.envelope is None and cutter.envelope is not None:
+            ctx.envelope = cutter.envelope
         if pieces:
             add = upstream_log.add
             for piece in pieces:
                 add(t, piece)
+                if piece.usage_counts is not None:  # what this upstream billed, as it said
+                    record.attempts[attempt.index]["usage"] = dict(piece.usage_counts)
             if rewriter is not None:
                 kept = _rewrite(rewriter, pieces)
                 if kept is None:
@@ -119,35 +149,46 @@ async def read_attempt(relay: StreamRelay, attempt: Attempt) -> Failure | None:
                     if first:
                         # The deadline moved from the first token's (far) to the stall's
                         # (near): the guard would sleep until the old one unless told.
-                        relay.guard.poke()
+                        ctx.wake_guard()
                     progress.commit(kind, piece.text)
                 elif kind is EventKind.ROLE:
                     progress.role_sent = True
                 if piece.finish is not None:
-                    watchdog.finish()
+                    watchdog.finish(now)
+                    ctx.wake_guard()
                 if piece.usage >= 0:
                     progress.usage_tokens = usage_base + piece.usage
+                if piece.usage_counts is not None:
+                    record.usage = piece.usage_counts  # as the client got it
             if pieces:
-                size = len(payload)
-                outlet = relay.outlet
-                if outlet is not None and not buffer and outlet.open:
-                    # Nothing queued and the client keeps up: send it now, without the hop
-                    # through the writer task.
-                    await outlet.deliver(Out(payload, pieces))
-                elif buffer.has_room(size):
-                    await buffer.put(Out(payload, pieces), size)
-                else:
-                    # The client is slower than the upstream: stop reading, and do not count
-                    # the wait against the upstream.
-                    watchdog.pause(now)
-                    await buffer.put(Out(payload, pieces), size)
-                    watchdog.resume(clock.now_ns())
-                    relay.guard.poke()
+                await _hand_over(ctx, attempt, Out(payload, pieces), outlet, now)
         if result.failure is not None:
             return result.failure
         if result.done:
-            watchdog.finish()
+            watchdog.done()
             return None
+
+
+async def _hand_over(
+    ctx: StreamContext, attempt: Attempt, out: Out, outlet: RawOutlet | None, now: int
+) -> None:
+    buffer = ctx.buffer
+    size = out.cost
+    events = len(out.pieces)
+    if outlet is not None and not buffer and outlet.open:
+        # Nothing queued and the client keeps up: send it now, without the hop through the
+        # writer task.
+        await outlet.deliver(out)
+    elif buffer.has_room(size, events):
+        await buffer.put(out, size, events)
+    else:
+        # The client is slower than the upstream: stop reading, and do not count the wait
+        # against the upstream.
+        watchdog = attempt.watchdog
+        watchdog.pause(now)
+        await buffer.put(out, size, events)
+        watchdog.resume(ctx.clock.now_ns())
+        ctx.wake_guard()
 
 
 def _rewrite(rewriter: FallbackRewriter, pieces: list[Piece]) -> list[Piece] | None:
@@ -167,4 +208,8 @@ def cause_of(error: UpstreamError) -> Cause:
         return Cause.STATUS
     if isinstance(error, UpstreamTimeoutError):
         return Cause.FIRST_TOKEN_TIMEOUT
+    if isinstance(error, ResponseTooLargeError):
+        return Cause.OVERSIZED_EVENT
+    if isinstance(error, UpstreamStreamError):
+        return Cause.RESET
     return Cause.CONNECT

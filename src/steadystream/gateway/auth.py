@@ -14,6 +14,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from steadystream._api_errors import ApiError
 from steadystream._exceptions import ConfigError
 from steadystream.gateway.config import GatewayConfig
 
@@ -36,14 +37,15 @@ OPEN_TENANT = Tenant("default")
 """The tenant of every request when no tenants are configured."""
 
 
-class AuthError(Exception):
-    """A request that cannot be served as asked: 401 (who are you) or 403 (not allowed)."""
+class AuthError(ApiError):
+    """A request that cannot be served as asked: 401 (who are you) or 403 (not allowed).
+
+    An :class:`ApiError` like every other refusal, so callers catch one type.
+    """
 
     def __init__(self, status: int, message: str, code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
+        kind = "authentication_error" if status == 401 else "permission_error"
+        super().__init__(status, message, type=kind, code=code)
 
 
 class Authenticator:

@@ -1,13 +1,17 @@
 """Backpressure: the bounded buffer between the upstream reader and the client writer.
 
 One reader puts, one writer gets. The buffer holds at most ``max_bytes`` (one item larger
-than that is let in alone, so a big read never deadlocks) and ``max_items``; when full,
+than that is let in alone, so a big read never deadlocks) and ``max_events`` events (an item
+is one read, holding one or more events); when full,
 :meth:`StreamBuffer.put` waits, the reader stops reading, aiohttp's own bounded buffer fills
 and TCP flow control slows the upstream. Per-stream memory is therefore bounded, and the
-buffer measures its own peak.
+buffer measures its own peak, counting also the half event the reader holds outside it
+(:meth:`StreamBuffer.hold`), so one huge event shows in the peak.
 
 :class:`StuckClient` is the pure rule for a client that stopped reading: a write that has
-not completed for ``stuck_timeout`` means the client has drained nothing for that long.
+not completed for ``stuck_timeout`` while the client's connection took nothing of what was
+waiting to go out means the client has drained nothing for that long. A slow reader that
+keeps draining, however slowly, is not stuck.
 """
 
 from __future__ import annotations
@@ -32,22 +36,24 @@ class StreamBuffer(Generic[T]):
         "_items",
         "_putter",
         "bytes",
+        "events",
         "max_bytes",
-        "max_items",
+        "max_events",
         "peak_bytes",
         "waits",
     )
 
-    def __init__(self, *, max_bytes: int, max_items: int) -> None:
-        if max_bytes < 1 or max_items < 1:
-            raise ValueError("a buffer holds at least one byte and one item")
+    def __init__(self, *, max_bytes: int, max_events: int) -> None:
+        if max_bytes < 1 or max_events < 1:
+            raise ValueError("a buffer holds at least one byte and one event")
         self.max_bytes = max_bytes
-        self.max_items = max_items
-        self._items: deque[tuple[T, int]] = deque()
+        self.max_events = max_events
+        self._items: deque[tuple[T, int, int]] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._putter: asyncio.Future[None] | None = None
         self._closed = False
         self.bytes = 0
+        self.events = 0
         self.peak_bytes = 0
         self.waits = 0  # how often the reader had to wait: the client was slower
 
@@ -58,32 +64,36 @@ class StreamBuffer(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
-    def has_room(self, size: int) -> bool:
-        items = self._items
-        if not items:
+    def has_room(self, size: int, events: int = 1) -> bool:
+        if not self._items:
             return True
-        return len(items) < self.max_items and self.bytes + size <= self.max_bytes
+        return self.events + events <= self.max_events and self.bytes + size <= self.max_bytes
 
-    async def put(self, item: T, size: int) -> None:
-        """Add ``item``, waiting while the buffer is full."""
+    async def put(self, item: T, size: int, events: int = 1) -> None:
+        """Add ``item`` (``size`` bytes, ``events`` events), waiting while the buffer is full."""
         if self._closed:
             raise RuntimeError("put() on a closed buffer")
-        if not self.has_room(size):
+        if not self.has_room(size, events):
             self.waits += 1
-            while not self.has_room(size):
+            while not self.has_room(size, events):
                 self._putter = asyncio.get_running_loop().create_future()
                 try:
                     await self._putter
                 finally:
                     self._putter = None
-        self._add(item, size)
+        self._add(item, size, events)
 
     def offer(self, item: T, size: int) -> bool:
         """Add ``item`` only if nothing is waiting to be written (keepalives use this)."""
         if self._closed or self._items:
             return False
-        self._add(item, size)
+        self._add(item, size, 1)
         return True
+
+    def hold(self, size: int) -> None:
+        """The reader holds ``size`` more bytes outside the buffer (a half event): peak them."""
+        if self.bytes + size > self.peak_bytes:
+            self.peak_bytes = self.bytes + size
 
     async def get(self) -> T | None:
         """The next item, waiting for one; None once the buffer is closed and empty."""
@@ -95,8 +105,9 @@ class StreamBuffer(Generic[T]):
                 await self._getter
             finally:
                 self._getter = None
-        item, size = self._items.popleft()
+        item, size, events = self._items.popleft()
         self.bytes -= size
+        self.events -= events
         putter = self._putter
         if putter is not None and not putter.done():
             putter.set_result(None)
@@ -107,9 +118,10 @@ class StreamBuffer(Generic[T]):
         self._closed = True
         self._wake_getter()
 
-    def _add(self, item: T, size: int) -> None:
-        self._items.append((item, size))
+    def _add(self, item: T, size: int, events: int) -> None:
+        self._items.append((item, size, events))
         self.bytes += size
+        self.events += events
         if self.bytes > self.peak_bytes:
             self.peak_bytes = self.bytes
         self._wake_getter()
@@ -123,32 +135,46 @@ class StreamBuffer(Generic[T]):
 class StuckClient:
     """Decides when a client that stopped reading is cut. Pure: times are passed in.
 
-    The writer calls :meth:`sending` before each write and :meth:`sent` after it. A write
-    still pending ``timeout_ns`` after it began is a stuck client. With no write pending, the
-    next check is a quarter timeout away, so a stuck client is cut between ``timeout`` and
-    ``1.25 × timeout`` after its last drain.
+    The writer calls :meth:`sending` before each write and :meth:`sent` after it. While a
+    write is pending, :meth:`observe` is told how many bytes the client's connection still
+    holds unsent (when the server can tell); any fall in that number is the client draining,
+    and restarts the count. A write pending ``timeout_ns`` with no drain seen is a stuck
+    client. Checks come at most a quarter timeout apart, so a stuck client is cut between
+    ``timeout`` and ``1.25 × timeout`` after its last drain.
     """
 
-    __slots__ = ("_since", "timeout_ns")
+    __slots__ = ("_since", "_unsent", "timeout_ns")
 
     def __init__(self, timeout_ns: Nanos) -> None:
         if timeout_ns <= 0:
             raise ValueError("stuck_timeout must be positive")
         self.timeout_ns = timeout_ns
         self._since: Nanos | None = None
+        self._unsent: int | None = None
 
     def sending(self, now: Nanos) -> None:
         self._since = now
+        self._unsent = None
 
     def sent(self) -> None:
         self._since = None
+        self._unsent = None
+
+    def observe(self, now: Nanos, unsent: int | None) -> None:
+        """The client's connection holds ``unsent`` bytes now (None: the server cannot tell)."""
+        if self._since is None or unsent is None:
+            return
+        if self._unsent is not None and unsent < self._unsent:
+            self._since = now  # it drained something since the last look: not stuck
+        self._unsent = unsent
 
     def stuck(self, now: Nanos) -> bool:
         since = self._since
         return since is not None and now - since >= self.timeout_ns
 
     def next_check(self, now: Nanos) -> Nanos:
+        quarter = now + max(1, self.timeout_ns // 4)
         since = self._since
         if since is not None:
-            return since + self.timeout_ns
-        return now + max(1, self.timeout_ns // 4)
+            return min(since + self.timeout_ns, quarter)
+        return quarter

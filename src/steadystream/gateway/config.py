@@ -82,6 +82,19 @@ class ServerConfig(_Section):
 
     host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
+    metrics_auth: bool = Field(
+        True,
+        description="with tenants configured, /metrics and /healthz need a gateway key too"
+        " (they name tenants, models and upstreams); false leaves them open",
+    )
+    header_timeout: Duration = Field(
+        10_000_000_000,
+        gt=0,
+        description="a connection that has not sent a whole request head this long is closed",
+    )
+    body_timeout: Duration = Field(
+        30_000_000_000, gt=0, description="the longest wait for a request body to arrive"
+    )
 
 
 class UpstreamTimeouts(_Section):
@@ -181,6 +194,12 @@ class WatchdogConfig(_Section):
         description="with nowhere to fail over to, the longest silence waited out before the"
         " stream ends with an in-band error (failover.wait_without_fallback)",
     )
+    finish_timeout: Duration = Field(
+        5_000_000_000,
+        gt=0,
+        description="after a finish reason, the longest wait for [DONE] or the close before"
+        " the gateway ends the stream itself",
+    )
 
 
 class FailoverConfig(_Section):
@@ -241,7 +260,19 @@ class LimitsConfig(_Section):
     buffer_bytes: Size = Field(
         262_144, ge=1024, description="upstream bytes held for a slow client before reading stops"
     )
-    buffer_events: int = Field(512, ge=1, description="reads held for a slow client")
+    buffer_events: int = Field(512, ge=1, description="events held for a slow client")
+    max_event_bytes: Size = Field(
+        1_048_576, ge=1024, description="an upstream SSE event larger than this fails its stream"
+    )
+    max_response_bytes: Size = Field(
+        16_777_216, ge=1024, description="a larger non-streaming upstream answer is refused"
+    )
+    max_model_labels: int = Field(
+        100,
+        ge=1,
+        description="distinct model label values in metrics; models past it (and models no"
+        " upstream names) are counted as 'other'",
+    )
     stuck_timeout: Duration = Field(
         30_000_000_000, gt=0, description="a client that drains nothing this long is cut"
     )

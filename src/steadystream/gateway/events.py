@@ -40,6 +40,7 @@ __all__ = [
     "FallbackRewriter",
     "Piece",
     "ReadResult",
+    "delivered_usage",
 ]
 
 KEEPALIVE = encode_comment("keepalive")
@@ -56,6 +57,7 @@ class Piece(NamedTuple):
     usage: int = -1  # the running completion_tokens it carried, -1: none
     finish: str | None = None
     payload: str = ""  # the SSE data, for the slow paths that must re-read the chunk
+    usage_counts: dict[str, Any] | None = None  # the chunk's usage object (slow paths only)
 
 
 class Failure(NamedTuple):
@@ -74,31 +76,56 @@ _EMPTY = ReadResult(b"", [])
 
 
 class EventCutter:
-    """Cuts one upstream body into events; one per attempt."""
+    """Cuts one upstream body into events; one per attempt.
 
-    __slots__ = ("_carry", "_decoder", "envelope", "keep_raw")
+    The half event a read leaves is kept in a growing ``bytearray`` and joined once, when
+    the event completes: a large event in many small reads costs linear time, not a copy of
+    everything so far on every read. An event larger than ``max_event_bytes`` fails the
+    stream (:attr:`Cause.OVERSIZED_EVENT`): no real chunk comes near it, and holding it
+    would let one upstream take the gateway's memory.
+    """
 
-    def __init__(self, *, keep_raw: bool = True) -> None:
+    __slots__ = ("_carry", "_decoder", "envelope", "keep_raw", "max_event_bytes")
+
+    def __init__(self, *, keep_raw: bool = True, max_event_bytes: int = 1 << 20) -> None:
         self._decoder = SseDecoder()
-        self._carry = b""
+        self._carry = bytearray()
         self.envelope: dict[str, Any] | None = None
-        # Each piece's own bytes are needed only to re-send pieces one by one (a pacer, a
-        # fallback's rewriter); a plain relay forwards the read's bytes whole.
+        # Each piece's own bytes (and its payload) are needed only to re-send pieces one by
+        # one (a pacer, a fallback's rewriter); a plain relay forwards the read's bytes whole.
         self.keep_raw = keep_raw
+        self.max_event_bytes = max_event_bytes
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of the unfinished event held until its end arrives."""
+        return len(self._carry)
 
     def feed(self, data: bytes) -> ReadResult:
         """One read: the events it completed (stopping at ``[DONE]`` or a failure)."""
-        buf = self._carry + data if self._carry else data
-        items = self._decoder.feed(data)
-        pending = self._decoder.undispatched_bytes
-        complete = len(buf) - pending
-        self._carry = buf[complete:] if pending else b""
+        decoder = self._decoder
+        items = decoder.feed(data)
+        pending = decoder.undispatched_bytes
         if not items:
+            self._carry += data
+            if pending > self.max_event_bytes:
+                return self._oversized(pending)
             return _EMPTY
+        if self._carry:
+            self._carry += data
+            buf = bytes(self._carry)
+        else:
+            buf = data
+        complete = len(buf) - pending
+        self._carry = bytearray(buf[complete:]) if pending else bytearray()
+        keep_raw = self.keep_raw
+        limit = self.max_event_bytes
         pieces: list[Piece] = []
         offset = 0
         for item in items:
             end = offset + item.wire_bytes
+            if item.wire_bytes > limit:
+                return ReadResult(buf[:offset], pieces, self._too_large(item.wire_bytes))
             if isinstance(item, SseComment):
                 pieces.append(Piece(EventKind.KEEPALIVE, "", buf[offset:end], item.wire_bytes))
                 offset = end
@@ -130,15 +157,37 @@ class EventCutter:
                 Piece(
                     chunk.kind,
                     chunk.text,
-                    buf[offset:end] if self.keep_raw else b"",
+                    buf[offset:end] if keep_raw else b"",
                     item.wire_bytes,
                     usage.get("completion_tokens", -1) if usage is not None else -1,
                     chunk.finish_reason,
-                    payload,
+                    payload if keep_raw else "",
+                    usage,
                 )
             )
             offset = end
+        if pending > limit:
+            return ReadResult(buf[:offset], pieces, self._oversized(pending).failure)
         return ReadResult(buf[:complete] if offset == complete else buf[:offset], pieces)
+
+    def _too_large(self, size: int) -> Failure:
+        return Failure(
+            Cause.OVERSIZED_EVENT,
+            f"an upstream event of {size} bytes is larger than limits.max_event_bytes "
+            f"({self.max_event_bytes})",
+        )
+
+    def _oversized(self, pending: int) -> ReadResult:
+        # The half event stays (and shows in pending_bytes) until the attempt is dropped.
+        return ReadResult(
+            b"",
+            [],
+            Failure(
+                Cause.OVERSIZED_EVENT,
+                f"an upstream event grew past limits.max_event_bytes ({self.max_event_bytes} "
+                f"bytes) without ending ({pending} bytes so far)",
+            ),
+        )
 
     def error_at_end(self) -> str:
         """Why a body that ended here is not a complete stream."""
@@ -169,10 +218,34 @@ def set_text(obj: dict[str, Any], kind: EventKind, text: str) -> None:
     delta[key] = text
 
 
-class FallbackRewriter:
-    """Makes a fallback upstream's events fit the stream the client is already reading."""
+def delivered_usage(usage: dict[str, Any], committed: int) -> dict[str, Any]:
+    """A continuation's usage as the client's answer: ``committed`` tokens came before it.
 
-    __slots__ = ("_envelope", "_matcher", "_role_sent")
+    The fallback counted only its own completion, and counted the committed text again as
+    prompt (it was sent to it as an assistant prefix). What the client received is the
+    committed tokens plus the fallback's; its own prompt is the fallback's less the
+    committed tokens. What each upstream billed stays in ``meta.attempts[].usage``.
+    """
+    out = dict(usage)
+    completion = usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens")
+    if isinstance(completion, int):
+        out["completion_tokens"] = completion + committed
+    if isinstance(prompt, int):
+        out["prompt_tokens"] = max(0, prompt - committed)
+    if isinstance(out.get("completion_tokens"), int) and isinstance(out.get("prompt_tokens"), int):
+        out["total_tokens"] = out["completion_tokens"] + out["prompt_tokens"]
+    return out
+
+
+class FallbackRewriter:
+    """Makes a fallback upstream's events fit the stream the client is already reading.
+
+    Under ``continue`` (``usage_base`` > 0: tokens committed before it) its usage is
+    rewritten to describe the whole answer the client received (:func:`delivered_usage`).
+    """
+
+    __slots__ = ("_envelope", "_matcher", "_role_sent", "_usage_base")
 
     def __init__(
         self,
@@ -180,10 +253,12 @@ class FallbackRewriter:
         *,
         role_sent: bool,
         matcher: PrefixMatcher | None,
+        usage_base: int = 0,
     ) -> None:
         self._envelope = envelope or {}
         self._role_sent = role_sent
         self._matcher = matcher
+        self._usage_base = usage_base
 
     @property
     def matcher(self) -> PrefixMatcher | None:
@@ -225,7 +300,10 @@ class FallbackRewriter:
                 return None
             if kind is EventKind.EMPTY and piece.finish is None and piece.usage < 0:
                 return None
-        return piece._replace(kind=kind, text=text, raw=encode_chunk(obj))
+        counts = piece.usage_counts
+        if counts is not None and self._usage_base:
+            counts = obj["usage"] = delivered_usage(counts, self._usage_base)
+        return piece._replace(kind=kind, text=text, raw=encode_chunk(obj), usage_counts=counts)
 
     @property
     def diverged(self) -> bool:

@@ -6,23 +6,21 @@ agree by construction: every gap goes into ``steadystream_gap_seconds``, and eac
 p99 gap and worst gap go into their own histograms, so a fleet's p99-of-p99 is a PromQL
 ``histogram_quantile`` over ``steadystream_stream_p99_gap_seconds``.
 
-Histograms that take a whole stream's gaps at once are kept as numpy bucket counts by a
-small collector (one ``searchsorted`` per stream instead of one locked ``observe`` per gap).
+Histograms that take a whole stream's gaps at once are the project's one hand-rolled
+histogram (:mod:`steadystream._histogram`, shared with the lab): one ``searchsorted`` per
+stream instead of one locked ``observe`` per gap.
 docs/gateway.md#metrics maps each metric to its OpenTelemetry GenAI counterpart.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from steadystream._histogram import FastHistogram, Histograms
 from steadystream.metrics import stream_table
 from steadystream.timeline import Timeline
 
@@ -60,67 +58,12 @@ _EDGE = (*_STREAM, "edge")
 _EDGES = ("upstream", "downstream")
 
 
-class _Histogram:
-    """A labelled histogram whose observations may come as arrays."""
-
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
-    ) -> None:
-        if list(buckets) != sorted(buckets) or len(set(buckets)) != len(buckets):
-            raise ValueError(f"{name}: buckets must be strictly increasing")
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.bounds = np.array([*buckets, math.inf], dtype=np.float64)
-        self._series: dict[tuple[str, ...], tuple[npt.NDArray[np.int64], list[float]]] = {}
-
-    def observe(self, labels: tuple[str, ...], values: npt.ArrayLike) -> None:
-        array = np.atleast_1d(np.asarray(values, dtype=np.float64))
-        array = array[~np.isnan(array)]
-        if not len(array):
-            return
-        series = self._series.get(labels)
-        if series is None:
-            series = self._series[labels] = (np.zeros(len(self.bounds), dtype=np.int64), [0.0])
-        counts, total = series
-        # Prometheus buckets are "less than or equal": side="left" puts v == bound in it.
-        counts += np.bincount(
-            np.searchsorted(self.bounds, array, side="left"), minlength=len(self.bounds)
-        )
-        total[0] += float(array.sum())
-
-    def collect(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        edges = [_format_bound(b) for b in self.bounds]
-        for labels, (counts, total) in self._series.items():
-            cumulative = np.cumsum(counts)
-            family.add_metric(
-                list(labels),
-                [(edge, float(c)) for edge, c in zip(edges, cumulative, strict=True)],
-                total[0],
-            )
-        return family
-
-
-def _format_bound(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-class _Histograms(Collector):
-    def __init__(self, histograms: Sequence[_Histogram]) -> None:
-        self.histograms = histograms
-
-    def collect(self) -> Iterator[Metric]:
-        for histogram in self.histograms:
-            yield histogram.collect()
-
-
 class GatewayMetrics:
     """Every gateway series, registered in ``registry`` (never the global one)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        h = _Histogram
+        h = FastHistogram
         self.gap = h(
             "steadystream_gap_seconds", "Every inter-token gap of every stream.", _EDGE, GAP_BUCKETS
         )
@@ -166,7 +109,7 @@ class GatewayMetrics:
             BYTES_BUCKETS,
         )
         registry.register(
-            _Histograms(
+            Histograms(
                 [
                     self.gap,
                     self.stream_p99_gap,

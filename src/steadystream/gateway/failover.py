@@ -58,6 +58,8 @@ class Cause(enum.StrEnum):
     UPSTREAM_ERROR = "upstream-error"  # an in-band error event
     BAD_PAYLOAD = "bad-payload"  # bytes that are not an OpenAI chunk
     DIVERGED = "diverged"  # a regenerated answer that differs from what was sent
+    OVERSIZED_EVENT = "oversized-event"  # one event larger than limits.max_event_bytes
+    SILENT_AFTER_FINISH = "silent-after-finish"  # a finish reason, then no [DONE] nor close
 
 
 class Action(enum.StrEnum):

@@ -2,40 +2,73 @@
 
 The decisions are pure (:class:`~steadystream.gateway.watchdog.Watchdog`,
 :class:`~steadystream.gateway.buffer.StuckClient`); this loop only sleeps on the injected
-clock until the earliest thing due and acts on it. It costs nothing per event: the watchdog's
-deadline moves on every token, and the guard just finds a later deadline when it wakes. A new
-upstream attempt or a resumed read pokes it, since either may bring a deadline forward.
+clock until the earliest thing due and acts on it through the :class:`GuardHooks` it was
+given. It never sees the relay (STYLE.md 13), so the real loop runs in tests on a
+:class:`~steadystream.FakeClock` with hooks that record what it did.
+
+It costs nothing per event: the watchdog's deadline moves on every token, and the guard just
+finds a later deadline when it wakes. A new upstream attempt, a first token, a finish reason
+or a resumed read pokes it, since each may bring a deadline forward.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from steadystream._types import EventKind, Outcome
+from steadystream._clock import Clock
+from steadystream._types import Nanos
 from steadystream._units import format_duration
-from steadystream.gateway.events import KEEPALIVE, Failure, Piece
+from steadystream.gateway.buffer import StuckClient
+from steadystream.gateway.events import Failure
 from steadystream.gateway.failover import Cause
-from steadystream.gateway.state import labels_of
-from steadystream.gateway.watchdog import StallKind
-from steadystream.gateway.writers import Out
+from steadystream.gateway.watchdog import StallKind, Watchdog
 
-if TYPE_CHECKING:
-    from steadystream.gateway.attempt import Attempt
-    from steadystream.gateway.relay import StreamRelay
+__all__ = ["Guard", "GuardHooks"]
 
-__all__ = ["Guard"]
 
-_KEEPALIVE_OUT = Out(KEEPALIVE, [Piece(EventKind.KEEPALIVE, "", KEEPALIVE, len(KEEPALIVE))])
+@dataclass(frozen=True, slots=True)
+class GuardHooks:
+    """How the guard sees a stream and acts on it."""
+
+    watchdog: Callable[[], Watchdog | None]
+    """The watchdog of the upstream read now running (None: no read to watch)."""
+    first_token: Callable[[], bool]
+    """Whether a token was committed (keepalives stop then)."""
+    keepalive: Callable[[], None]
+    """Send an SSE keepalive comment, if nothing else is on its way to the client."""
+    waits_out_stall: Callable[[], bool]
+    """Whether a mid-stream stall is waited out (no fallback) rather than failed over."""
+    stop_read: Callable[[Failure], None]
+    """Stop the running upstream read for this reason; the relay decides what follows."""
+    count_stall: Callable[[StallKind], None]
+    """Count a watchdog timeout (the stalls metric)."""
+    cut_client: Callable[[str], None]
+    """Cut a client that drained nothing, with the reason."""
+    unsent: Callable[[], int | None]
+    """Bytes the client's connection holds unsent (None: not known)."""
 
 
 class Guard:
     """Runs as one task beside a stream's reader and writer."""
 
-    __slots__ = ("_poke", "relay")
+    __slots__ = ("_clock", "_give_up_ns", "_hooks", "_keepalive_ns", "_poke", "_stuck")
 
-    def __init__(self, relay: StreamRelay) -> None:
-        self.relay = relay
+    def __init__(
+        self,
+        clock: Clock,
+        stuck: StuckClient,
+        hooks: GuardHooks,
+        *,
+        keepalive_ns: Nanos,
+        give_up_ns: Nanos,
+    ) -> None:
+        self._clock = clock
+        self._stuck = stuck
+        self._hooks = hooks
+        self._keepalive_ns = keepalive_ns
+        self._give_up_ns = give_up_ns
         self._poke: asyncio.Future[None] | None = None
 
     def poke(self) -> None:
@@ -45,40 +78,26 @@ class Guard:
             poke.set_result(None)
 
     async def run(self) -> None:
-        relay = self.relay
-        clock = relay.clock
-        stuck = relay.stuck
-        progress = relay.progress
-        interval = relay.state.config.limits.keepalive_interval
-        next_keepalive = clock.now_ns() + interval
+        clock, hooks, stuck = self._clock, self._hooks, self._stuck
+        next_keepalive = clock.now_ns() + self._keepalive_ns
         loop = asyncio.get_running_loop()
         while True:
             now = clock.now_ns()
-            attempt = relay.current
             wake = stuck.next_check(now)
-            if attempt is not None and attempt.task is not None and not attempt.task.done():
-                expired = attempt.watchdog.expired(now)
-                watchdog = attempt.watchdog
-                if expired is not None and not watchdog.waived and relay.waits_out_stall():
-                    self._count_stall(attempt, expired)
-                    watchdog.waive(relay.state.config.watchdog.give_up_timeout)
-                    deadline = watchdog.deadline()
-                    if deadline is not None:
-                        wake = min(wake, deadline)
-                elif expired is not None:
-                    self._stall(attempt, expired)
-                else:
-                    deadline = attempt.watchdog.deadline()
-                    if deadline is not None:
-                        wake = min(wake, deadline)
+            watchdog = hooks.watchdog()
+            if watchdog is not None:
+                deadline = self._watch(watchdog, now)
+                if deadline is not None:
+                    wake = min(wake, deadline)
+            stuck.observe(now, hooks.unsent())
             if stuck.stuck(now):
-                self._cut_stuck()
+                timeout = format_duration(stuck.timeout_ns)
+                hooks.cut_client(f"the client read nothing for {timeout}")
                 return
-            if not progress.first_token:
-                outlet = relay.outlet
-                if now >= next_keepalive and (outlet is None or not outlet.busy):
-                    relay.buffer.offer(_KEEPALIVE_OUT, len(KEEPALIVE))
-                    next_keepalive = now + interval
+            if not hooks.first_token():
+                if now >= next_keepalive:
+                    hooks.keepalive()
+                    next_keepalive = now + self._keepalive_ns
                 wake = min(wake, next_keepalive)
             self._poke = loop.create_future()
             sleeper = asyncio.ensure_future(clock.sleep_until(wake))
@@ -88,34 +107,37 @@ class Guard:
                 sleeper.cancel()
                 self._poke = None
 
-    def _stall(self, attempt: Attempt, kind: StallKind) -> None:
-        """Stop the reader of a stalled attempt; the relay decides what follows."""
-        watchdog = attempt.watchdog
-        if kind is StallKind.FIRST_TOKEN:
-            cause = Cause.FIRST_TOKEN_TIMEOUT
+    def _watch(self, watchdog: Watchdog, now: Nanos) -> Nanos | None:
+        """Act on an expired deadline; the next deadline to wake for (None: none)."""
+        hooks = self._hooks
+        expired = watchdog.expired(now)
+        if expired is None:
+            return watchdog.deadline()
+        if expired is StallKind.AFTER_FINISH:
+            # The answer is whole; only its end never came. Not a stall: nothing is missing.
+            limit = format_duration(watchdog.finish_ns)
+            hooks.stop_read(
+                Failure(
+                    Cause.SILENT_AFTER_FINISH,
+                    f"no [DONE] nor end of the body within {limit} of the finish reason",
+                )
+            )
+            return None
+        if not watchdog.waived and hooks.waits_out_stall():
+            hooks.count_stall(expired)
+            watchdog.waive(self._give_up_ns)
+            return watchdog.deadline()
+        if expired is StallKind.FIRST_TOKEN:
             message = f"no first token within {format_duration(watchdog.first_token_ns)}"
+            cause = Cause.FIRST_TOKEN_TIMEOUT
         elif watchdog.waived:
+            give_up = format_duration(self._give_up_ns)
+            message = f"no token for {give_up}, waited out with no fallback"
             cause = Cause.STALL
-            give_up = self.relay.state.config.watchdog.give_up_timeout
-            message = f"no token for {format_duration(give_up)}, waited out with no fallback"
         else:
-            cause = Cause.STALL
             message = f"no token for {format_duration(watchdog.stall_ns)}"
-        attempt.failure = Failure(cause, message)
+            cause = Cause.STALL
         if not watchdog.waived:  # a silence waited out was counted when it began
-            self._count_stall(attempt, kind)
-        assert attempt.task is not None
-        attempt.task.cancel()
-
-    def _count_stall(self, attempt: Attempt, kind: StallKind) -> None:
-        relay = self.relay
-        labels = labels_of(relay.record)
-        relay.state.metrics.stalls.labels(*labels[:3], attempt.upstream.name, kind.value).inc()
-
-    def _cut_stuck(self) -> None:
-        relay = self.relay
-        record = relay.record
-        record.outcome = Outcome.CLIENT_STUCK
-        record.error = f"the client read nothing for {format_duration(relay.stuck.timeout_ns)}"
-        relay.state.log.warning("request %s: %s; cut", record.request_id, record.error)
-        relay.cancel()
+            hooks.count_stall(expired)
+        hooks.stop_read(Failure(cause, message))
+        return None

@@ -2,7 +2,9 @@
 
 The upstream's status goes through as it is (a 400 is the client's to fix, a 429 the
 client's to wait out); a connection that could not be made is a 502, one that sent no
-headers in time a 504. The message says which upstream and why, with keys scrubbed.
+headers in time a 504. The message says which upstream and why, with keys scrubbed. A
+``Retry-After`` the upstream sent with its refusal (a 429, a 503) goes along, so the client's
+SDK waits as asked.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 import orjson
 from starlette.types import Send
 
-from steadystream._exceptions import UpstreamError, UpstreamStatusError
+from steadystream._exceptions import UpstreamError, UpstreamStatusError, UpstreamTimeoutError
 from steadystream._types import Outcome
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.state import GatewayState
-from steadystream.gateway.upstreams import UpstreamTimeoutError
+from steadystream.gateway.upstreams import ResponseTooLargeError
 
 __all__ = ["send_refusal"]
 
@@ -27,6 +29,8 @@ async def send_refusal(
         status, code = error.status, f"upstream_{error.status}"
     elif isinstance(error, UpstreamTimeoutError):
         status, code = 504, "upstream_timeout"
+    elif isinstance(error, ResponseTooLargeError):
+        status, code = 502, "upstream_response_too_large"
     else:
         status, code = 502, "upstream_unreachable"
     message = state.pool.redact(str(error))
@@ -38,6 +42,8 @@ async def send_refusal(
         (b"content-length", str(len(body)).encode()),
         (b"x-request-id", record.request_id.encode()),
     ]
+    if isinstance(error, UpstreamStatusError) and error.retry_after is not None:
+        headers.append((b"retry-after", error.retry_after.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
     record.outcome = Outcome.ERROR

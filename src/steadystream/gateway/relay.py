@@ -10,11 +10,10 @@ Shape of a stream (docs/gateway.md#streams)::
   next upstream cannot fix (a 400, say) is passed through with its status and message.
 - The 200 is committed when an upstream answers 200. From then on every failure ends with an
   OpenAI-style in-band error event and ``[DONE]``; a stream is never silently truncated.
-- The reader forwards upstream bytes as they came, cut at event boundaries
-  (:class:`~steadystream.gateway.events.EventCutter`); a fallback's events are rewritten.
-- The guard task owns the timers: the watchdog's deadline (pure logic in ``watchdog``),
-  SSE keepalives before the first token, and the stuck-client cut.
-- The whole thing races the client's disconnect (``disconnect``); whichever way it ends, the
+- The reader (``attempt``) forwards upstream bytes as they came, cut at event boundaries; a
+  fallback's events are rewritten. The writers (``writers``) send and stamp. The guard
+  (``guard``) owns the timers. They share a :class:`StreamContext`; the relay decides.
+- The whole thing races the client's disconnect (``base``); whichever way it ends, the
   upstream response is closed explicitly in ``finally``.
 """
 
@@ -23,32 +22,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
-from steadystream._exceptions import UpstreamConnectError, UpstreamError, UpstreamStatusError
+from steadystream._exceptions import UpstreamError
 from steadystream._types import EventKind, Outcome
 from steadystream.gateway.attempt import Attempt, cause_of, read_attempt
+from steadystream.gateway.base import Relay
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
-from steadystream.gateway.disconnect import run_until_disconnect
-from steadystream.gateway.events import ChunkFormat, Failure, FallbackRewriter, Piece
-from steadystream.gateway.failover import (
-    Action,
-    Cause,
-    Decision,
-    Policy,
-    PrefixMatcher,
-    Progress,
-    decide,
-)
-from steadystream.gateway.guard import Guard
+from steadystream.gateway.context import Out, StreamContext
+from steadystream.gateway.events import KEEPALIVE, ChunkFormat, Failure, FallbackRewriter, Piece
+from steadystream.gateway.failover import Action, Cause, Decision, Policy, PrefixMatcher, decide
+from steadystream.gateway.guard import Guard, GuardHooks
 from steadystream.gateway.recording import StreamRecord
-from steadystream.gateway.refusal import send_refusal
 from steadystream.gateway.requests import ProxyRequest
 from steadystream.gateway.state import GatewayState, labels_of
-from steadystream.gateway.upstreams import build_body
-from steadystream.gateway.watchdog import Watchdog
-from steadystream.gateway.writers import Out, RawOutlet, write_paced, write_raw
+from steadystream.gateway.upstreams import body_reader, build_body
+from steadystream.gateway.watchdog import StallKind, Watchdog
+from steadystream.gateway.writers import RawOutlet, unsent_bytes, write_paced, write_raw
+from steadystream.protocol.sse import DONE
 from steadystream.shaping import Pacer
 
 __all__ = ["StreamRelay"]
@@ -58,10 +50,12 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-_DONE_PIECE = Piece(None, "", b"", 0)
+_DONE_PIECE = Piece(None, "", DONE, len(DONE))  # the gateway's own end of an answer
+_DONE_MARK = Piece(None, "", b"", 0)  # the end, its bytes already in the event before it
+_KEEPALIVE_OUT = Out(KEEPALIVE, [Piece(EventKind.KEEPALIVE, "", KEEPALIVE, len(KEEPALIVE))])
 
 
-class StreamRelay:
+class StreamRelay(Relay):
     """The ASGI response of one streaming request."""
 
     def __init__(
@@ -74,54 +68,43 @@ class StreamRelay:
         pacer: Pacer | None,
         client_headers: dict[str, str],
     ) -> None:
-        config = state.config
-        self.state = state
-        self.request = request
-        self.record = record
-        self.candidates = candidates
+        super().__init__(state, request, record, candidates, client_headers=client_headers)
+        limits = state.config.limits
         self.pacer = pacer
-        self.client_headers = client_headers
-        self.clock = state.clock
-        self.progress = Progress()
-        self.buffer: StreamBuffer[Out] = StreamBuffer(
-            max_bytes=config.limits.buffer_bytes, max_items=config.limits.buffer_events
+        buffer: StreamBuffer[Out] = StreamBuffer(
+            max_bytes=limits.buffer_bytes, max_events=limits.buffer_events
         )
-        self.stuck = StuckClient(config.limits.stuck_timeout)
-        self.envelope: dict[str, Any] | None = None
+        self.ctx = StreamContext(self.clock, record, buffer, StuckClient(limits.stuck_timeout))
         self.current: Attempt | None = None
-        self.attempts = 0
-        self.committed = False
-        self.answered = False  # [DONE] (or a refusal) went out: a disconnect is no cancel
-        self.guard = Guard(self)
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known
-        self.usage_base = 0  # a continuation's running usage counts from here
+        self.guard = Guard(
+            self.clock,
+            self.ctx.stuck,
+            GuardHooks(
+                watchdog=self._watched,
+                first_token=lambda: self.ctx.progress.first_token,
+                keepalive=self._keepalive,
+                waits_out_stall=self.waits_out_stall,
+                stop_read=self._stop_read,
+                count_stall=self._count_stall,
+                cut_client=self._cut_client,
+                unsent=lambda: unsent_bytes(self.transport),
+            ),
+            keepalive_ns=limits.keepalive_interval,
+            give_up_ns=state.config.watchdog.give_up_timeout,
+        )
+        self.ctx.wake_guard = self.guard.poke
         self._main: asyncio.Task[Any] | None = None
         self._children: list[asyncio.Task[Any]] = []
-        self._path = "/chat/completions" if request.chat else "/completions"
 
-    # -- ASGI -------------------------------------------------------------------------------
+    def answered(self) -> bool:
+        return self.ctx.answered
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state, record, clock = self.state, self.record, self.clock
-        route = record.labels["route"]
-        state.metrics.active.labels(route).inc()
-        latency: int | None = None
-        try:
-            noticed = await run_until_disconnect(
-                self._serve(scope, send), receive, clock, answered=lambda: self.answered
-            )
-            if noticed is not None:
-                latency = clock.now_ns() - noticed
-                record.outcome = Outcome.CANCELLED
-                record.error = "the client disconnected"
-                record.meta["cancel_latency_ns"] = latency
-                record.meta["disconnect_ns"] = record.offset(noticed)
-        finally:
-            state.metrics.active.labels(route).dec()
-            self._finish(latency)
+    async def __call__(self, scope: Any, receive: Any, send: Send) -> None:
+        await super().__call__(scope, receive, send)
         transport = self.transport
-        if record.outcome is Outcome.CLIENT_STUCK and transport is not None:
+        if self.record.outcome is Outcome.CLIENT_STUCK and transport is not None:
             # Drop the connection of a client that stopped reading (the server would
             # otherwise close it after complaining that the response was cut short), and
             # let the server see it go before returning.
@@ -129,31 +112,26 @@ class StreamRelay:
             for _ in range(3):
                 await asyncio.sleep(0)
 
-    def _finish(self, cancel_latency: int | None) -> None:
-        state, record = self.state, self.record
-        metrics = state.metrics
-        labels = labels_of(record)
-        record.meta["buffer_peak_bytes"] = self.buffer.peak_bytes
-        record.meta["buffer_waits"] = self.buffer.waits
-        metrics.buffer_peak.observe((labels[1],), self.buffer.peak_bytes)
-        if cancel_latency is not None:
-            metrics.cancellations.labels(*labels).inc()
-            metrics.cancel_latency.observe((labels[1],), cancel_latency / 1e9)
-        if record.outcome is Outcome.CLIENT_STUCK:
-            metrics.client_stuck.labels(*labels).inc()
-        for entry in record.failovers:
-            if entry["result"] == "pending":
-                entry["result"] = "cancelled"
-            metrics.failovers.labels(*labels, entry["kind"], entry["result"]).inc()
-        try:
-            state.finish_record(record, self.clock.now_ns())
-        except Exception:  # measurement must never break a response that already went out
-            state.log.exception("request %s: could not record the stream", record.request_id)
+    def _close_record(self) -> None:
+        record, buffer = self.record, self.ctx.buffer
+        record.meta["buffer_peak_bytes"] = buffer.peak_bytes
+        record.meta["buffer_waits"] = buffer.waits
+        self.state.metrics.buffer_peak.observe((record.labels["route"],), buffer.peak_bytes)
+        if self.attempts > 1 and record.usage is not None:
+            # The usage the client got describes its answer; each upstream billed its own.
+            record.meta["usage"] = {
+                "delivered": record.usage,
+                "billed": [
+                    {"upstream": info["upstream"], **info.get("usage", {})}
+                    for info in record.attempts
+                ],
+            }
 
     # -- the stream -------------------------------------------------------------------------
 
     async def _serve(self, scope: Scope, send: Send) -> None:
         self._main = asyncio.current_task()
+        ctx = self.ctx
         try:
             attempt = await self._first_attempt(send)
             if attempt is None:
@@ -162,19 +140,29 @@ class StreamRelay:
             find = self.state.transport_of
             self.transport = find(scope) if find is not None else None
             if self.pacer is None:
-                self.outlet = RawOutlet(self, send, self.transport)
-                self._spawn(write_raw(self, send))
+                self.outlet = RawOutlet(ctx, send, self.transport)
+                self._spawn(write_raw(ctx, self.outlet))
             else:
-                self._spawn(write_paced(self, send))
+                limits = self.state.config.limits
+                self._spawn(
+                    write_paced(
+                        ctx,
+                        send,
+                        self.pacer,
+                        chat=self.request.chat,
+                        high_watermark=limits.pacer_high_watermark,
+                        low_watermark=limits.pacer_low_watermark,
+                    )
+                )
             self._spawn(self.guard.run())
             try:
                 await self._run(attempt)
             except Exception as exc:
                 self.state.log.exception("request %s: relay failed", self.record.request_id)
                 await self._end_with_error(f"the gateway failed: {type(exc).__name__}", "internal")
-            self.buffer.close()
+            ctx.buffer.close()
             await asyncio.wait({self._children[0]})
-            self.answered = True
+            ctx.answered = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             # Close upstream first (the engine frees the sequence on it), then the helpers.
@@ -187,11 +175,6 @@ class StreamRelay:
             if self._children:
                 await asyncio.wait(self._children)
 
-    def cancel(self) -> None:
-        """End the stream now (a stuck client): ``finally`` closes the upstream."""
-        if self._main is not None:
-            self._main.cancel()
-
     def _spawn(self, coro: Any) -> None:
         self._children.append(asyncio.ensure_future(coro))
 
@@ -203,77 +186,81 @@ class StreamRelay:
 
     async def _first_attempt(self, send: Send) -> Attempt | None:
         """Open upstreams in order until one answers 200; None when an error was returned."""
-        config = self.state.config
+        candidates = self.candidates[: self.state.config.failover.max_attempts]
         last: UpstreamError | None = None
-        for upstream in self.candidates[: config.failover.max_attempts]:
+        note: dict[str, Any] | None = None
+        for index, upstream in enumerate(candidates):
             try:
-                return await self._open(upstream, Action.RETRY)
+                attempt = await self._open(upstream, Action.RETRY)
             except UpstreamError as exc:
                 last = exc
-                retryable = isinstance(exc, UpstreamConnectError) or (
-                    isinstance(exc, UpstreamStatusError)
-                    and exc.status in config.failover.retry_statuses
-                )
-                if not (retryable and config.failover.before_first_token):
+                if note is not None:
+                    note["result"] = "failed"
+                following = candidates[index + 1] if index + 1 < len(candidates) else None
+                if following is None or not self.retryable(exc):
                     break
-                self._note_failover(upstream, Failure(cause_of(exc), str(exc)), "retry", None)
+                failure = Failure(cause_of(exc), str(exc))
+                note = self.note_failover(upstream, failure, "retry", following)
+                continue
+            attempt.entry = note
+            return attempt
         assert last is not None
-        self.answered = True
-        await send_refusal(send, self.state, self.record, last)
+        self.ctx.answered = True
+        await self.refuse(send, last)
         return None
 
     async def _open(self, upstream: UpstreamConfig, action: Action) -> Attempt:
         """Send the request for ``action`` to ``upstream``; the attempt once headers are in."""
         config = self.state.config
-        index = self.attempts
-        self.attempts += 1
-        request_id = self.record.request_id if index == 0 else f"{self.record.request_id}.f{index}"
         timeouts = upstream.timeouts
         watchdog = Watchdog(
             first_token_ns=timeouts.first_token or config.watchdog.first_token_timeout,
             stall_ns=timeouts.stall or config.watchdog.stall_timeout,
+            finish_ns=config.watchdog.finish_timeout,
         )
-        attempt = Attempt(upstream, index, request_id, watchdog)
+        info = self.begin_attempt(upstream, action)
+        attempt = Attempt(
+            upstream,
+            self.attempts - 1,
+            info["request_id"],
+            watchdog,
+            max_event_bytes=config.limits.max_event_bytes,
+        )
         attempt.action = action
         attempt.cutter.keep_raw = self.pacer is not None
-        body = build_body(self.request, upstream, action, self.progress)
-        sent = self.clock.now_ns()
-        watchdog.start(sent)
-        info: dict[str, Any] = {
-            "upstream": upstream.name,
-            "request_id": request_id,
-            "action": action.value,
-            "sent_ns": self.record.offset(sent),
-        }
-        self.record.attempts.append(info)
-        self.record.labels["upstream"] = upstream.name
+        body = build_body(self.request, upstream, action, self.ctx.progress)
+        watchdog.start(self.clock.now_ns())
         try:
             response = await self.state.pool.post(
                 upstream,
-                self._path,
+                self.path,
                 body,
-                request_id=request_id,
+                request_id=attempt.request_id,
                 client_headers=self.client_headers,
                 timeout_s=watchdog.first_token_ns / 1e9,
             )
         except UpstreamError as exc:
-            info["error"] = str(exc)
+            info["error"] = self.state.pool.redact(str(exc))
             raise
-        now = self.clock.now_ns()
-        info["header_ns"] = self.record.offset(now)
+        self.state.model_labels.served(self.request.model)
+        info["header_ns"] = self.record.offset(self.clock.now_ns())
         if self.record.upstream.header_ns is None:
             self.record.upstream.header_ns = info["header_ns"]
         attempt.response = response
+        attempt.body = body_reader(response, upstream.name)
         self.current = attempt
         self.guard.poke()
         return attempt
 
     async def _run(self, attempt: Attempt) -> None:
         """Relay ``attempt`` and whatever failovers follow, until the stream is over."""
-        config = self.state.config
-        policy = Policy(config.failover.policy)
+        policy = Policy(self.state.config.failover.policy)
+        progress = self.ctx.progress
         while True:
             failure = await self._pump(attempt)
+            if failure is not None and failure.cause is Cause.SILENT_AFTER_FINISH:
+                await self._end_after_finish(attempt, failure)
+                return
             attempt.close(clean=failure is None)
             entry = attempt.entry
             if failure is None:
@@ -296,7 +283,13 @@ class StreamRelay:
             while True:
                 decision = self._decide()
                 kind = policy.value if decision.action is Action.ERROR else decision.action.value
-                note = self._note_failover(attempt.upstream, failure, kind, decision.upstream)
+                note = self.note_failover(
+                    attempt.upstream,
+                    failure,
+                    kind,
+                    decision.upstream,
+                    after_tokens=progress.text_events,
+                )
                 if decision.action is Action.ERROR or decision.upstream is None:
                     await self._end_with_error(
                         f"upstream {attempt.upstream.name!r} failed "
@@ -318,28 +311,32 @@ class StreamRelay:
             self.record.downstream.mark_next(label)
             matcher = None
             if decision.action is Action.REGENERATE:
-                matcher = PrefixMatcher(self.progress.content_text, self.progress.reasoning_text)
-            self.usage_base = self.progress.tokens if decision.action is Action.CONTINUE else 0
+                matcher = PrefixMatcher(progress.content_text, progress.reasoning_text)
+            attempt.usage_base = progress.tokens if decision.action is Action.CONTINUE else 0
             attempt.cutter.keep_raw = True  # rewritten events are re-sent one by one
             attempt.rewriter = FallbackRewriter(
-                self.envelope, role_sent=self.progress.role_sent, matcher=matcher
+                self.ctx.envelope,
+                role_sent=progress.role_sent,
+                matcher=matcher,
+                usage_base=attempt.usage_base,
             )
 
     def _decide(self) -> Decision:
         """What a failure of the current attempt would lead to, now."""
         config = self.state.config
+        progress = self.ctx.progress
         tried = {info["upstream"] for info in self.record.attempts}
         left = [u for u in self.candidates if u.name not in tried]
         decision = decide(
             Policy(config.failover.policy),
-            self.progress,
+            progress,
             left,
             chat=self.request.chat,
             retry_before_first_token=config.failover.before_first_token,
             attempts_left=config.failover.max_attempts - self.attempts,
             continuable_prompt=self.request.prompt_is_text and self.request.choices == 1,
         )
-        if self.request.choices != 1 and self.progress.first_token:
+        if self.request.choices != 1 and progress.first_token:
             decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
         return decision
 
@@ -354,50 +351,13 @@ class StreamRelay:
         return (
             failover.wait_without_fallback
             and failover.policy != Policy.OFF.value
-            and self.progress.first_token
+            and self.ctx.progress.first_token
             and self._decide().action is Action.ERROR
         )
 
-    def _note_failover(
-        self,
-        upstream: UpstreamConfig,
-        failure: Failure,
-        kind: str,
-        target: UpstreamConfig | None,
-    ) -> dict[str, Any]:
-        """Put a failover on the timeline (point, cause, upstream, result) and in the log.
-
-        ``kind`` is retry, continue, regenerate, or the policy when it ends in an error;
-        the result is filled in when known: completed, failed, diverged, error, cancelled.
-        """
-        now = self.clock.now_ns()
-        entry: dict[str, Any] = {
-            "at_ns": self.record.offset(now),
-            "after_tokens": self.progress.text_events,
-            "cause": failure.cause.value,
-            "message": failure.message,
-            "from": upstream.name,
-            "to": target.name if target is not None else None,
-            "kind": kind,
-            "result": "pending" if target is not None else "error",
-        }
-        if not self.committed:  # a refused first try: the next upstream is simply next
-            entry["result"] = "failed"
-        self.record.failovers.append(entry)
-        self.state.log.info(
-            "request %s: upstream %s failed (%s: %s) -> %s %s",
-            self.record.request_id,
-            upstream.name,
-            failure.cause.value,
-            failure.message,
-            kind,
-            entry["to"] or "in-band error",
-        )
-        return entry
-
     async def _pump(self, attempt: Attempt) -> Failure | None:
         """Run the reader of ``attempt``; the guard may stop it (a stall)."""
-        task = asyncio.ensure_future(read_attempt(self, attempt))
+        task = asyncio.ensure_future(read_attempt(self.ctx, attempt, self.outlet))
         attempt.task = task
         try:
             await asyncio.wait({task})
@@ -407,6 +367,63 @@ class StreamRelay:
         if task.cancelled():
             return attempt.failure or Failure(Cause.STALL, "stopped by the watchdog")
         return task.result()
+
+    # -- the guard's hooks ----------------------------------------------------------------------
+
+    def _watched(self) -> Watchdog | None:
+        attempt = self.current
+        return attempt.watchdog if attempt is not None and attempt.reading else None
+
+    def _keepalive(self) -> None:
+        outlet = self.outlet
+        if outlet is None or not outlet.busy:
+            self.ctx.buffer.offer(_KEEPALIVE_OUT, _KEEPALIVE_OUT.cost)
+
+    def _stop_read(self, failure: Failure) -> None:
+        attempt = self.current
+        if attempt is None or attempt.task is None:
+            return
+        attempt.failure = failure
+        attempt.task.cancel()
+
+    def _count_stall(self, kind: StallKind) -> None:
+        attempt = self.current
+        labels = labels_of(self.record, self.state.model_labels)
+        upstream = attempt.upstream.name if attempt is not None else labels[3]
+        self.state.metrics.stalls.labels(*labels[:3], upstream, kind.value).inc()
+
+    def _cut_client(self, reason: str) -> None:
+        record = self.record
+        record.outcome = Outcome.CLIENT_STUCK
+        record.error = reason
+        self.state.log.warning("request %s: %s; cut", record.request_id, reason)
+        if self._main is not None:
+            self._main.cancel()  # ``finally`` closes the upstream
+
+    # -- ends -----------------------------------------------------------------------------------
+
+    async def _end_after_finish(self, attempt: Attempt, failure: Failure) -> None:
+        """The upstream gave its finish reason, then went silent: end the answer ourselves.
+
+        Everything the client needs is there but the end marker; it gets ``[DONE]``, the
+        upstream connection is dropped (not reused), and the record says why.
+        """
+        attempt.close(clean=False)
+        record = self.record
+        record.attempts[-1]["failure"] = failure.cause.value
+        record.meta["ended_by_gateway"] = self.state.pool.redact(failure.message)
+        if attempt.entry is not None:
+            attempt.entry["result"] = "completed"
+        record.outcome = Outcome.COMPLETE if self.attempts == 1 else Outcome.FAILED_OVER
+        self.state.log.info(
+            "request %s: upstream %s: %s; [DONE] sent by the gateway",
+            record.request_id,
+            attempt.upstream.name,
+            failure.message,
+        )
+        if not self.ctx.buffer.closed:
+            done = Out(DONE, [_DONE_PIECE])
+            await self.ctx.buffer.put(done, done.cost)
 
     async def _end_with_error(self, message: str, code: str) -> None:
         """End the committed stream with an OpenAI-style error event and ``[DONE]``."""
@@ -418,5 +435,6 @@ class StreamRelay:
         labels = self.record.labels
         self.state.metrics.errors.labels(labels["route"], labels["tenant"], "in_band").inc()
         self.state.log.warning("request %s: %s", self.record.request_id, message)
-        if not self.buffer.closed:
-            await self.buffer.put(Out(data, [piece, _DONE_PIECE]), len(data))
+        if not self.ctx.buffer.closed:
+            out = Out(data, [piece, _DONE_MARK])
+            await self.ctx.buffer.put(out, out.cost, 2)

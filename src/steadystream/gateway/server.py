@@ -28,6 +28,7 @@ from steadystream._serving import (
 )
 from steadystream.gateway.app import create_app
 from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.head_timeout import head_timeout_protocol
 from steadystream.gateway.recording import TimelineSink
 from steadystream.gateway.state import GatewayState
 
@@ -51,7 +52,9 @@ def serve(config: GatewayConfig, *, log_level: str = "info") -> None:
     app = create_app(config)
     host, port = config.server.host, config.server.port
     sock = listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
-    server = uvicorn.Server(uvicorn_config(app, host, sock.getsockname()[1], log_level))
+    uv_config = uvicorn_config(app, host, sock.getsockname()[1], log_level)
+    uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
+    server = uvicorn.Server(uv_config)
     app.state.gateway.transport_of = _transport_of(server)
     server.run(sockets=[sock])
 
@@ -87,3 +90,4 @@ class GatewayServer(ServedApp):
 
     def _attach(self, server: uvicorn.Server) -> None:
         self.state.transport_of = _transport_of(server)
+        server.config.http = head_timeout_protocol(self.state.config.server.header_timeout / 1e9)

@@ -16,7 +16,35 @@ from steadystream.gateway.export import GatewayMetrics, StreamLabels
 from steadystream.gateway.recording import StreamRecord, TimelineSink
 from steadystream.gateway.upstreams import UpstreamPool
 
-__all__ = ["GatewayState", "labels_of"]
+__all__ = ["OTHER_MODEL", "GatewayState", "ModelLabels", "labels_of"]
+
+OTHER_MODEL = "other"
+"""The model label of every model past :attr:`LimitsConfig.max_model_labels`."""
+
+
+class ModelLabels:
+    """Which model names may become metric label values: a bounded set.
+
+    Models named in the configuration always are; a model an upstream actually served
+    (any model, for an upstream with no ``models`` list) joins while there is room. Every
+    other name folds into ``other``, so a client sending random model names cannot grow
+    ``/metrics`` without bound.
+    """
+
+    __slots__ = ("_known", "_limit")
+
+    def __init__(self, configured: list[str], limit: int) -> None:
+        self._known = dict.fromkeys(configured)
+        self._limit = max(limit, len(self._known))
+
+    def label(self, model: str) -> str:
+        return model if model in self._known else OTHER_MODEL
+
+    def served(self, model: str) -> None:
+        """An upstream answered for ``model``: it may have a label of its own."""
+        if model not in self._known and len(self._known) < self._limit:
+            self._known[model] = None
+
 
 log = logging.getLogger("steadystream.gateway")
 
@@ -30,6 +58,7 @@ class GatewayState:
     metrics: GatewayMetrics
     recorder: TimelineSink | None = None
     log: logging.Logger = field(default=log)
+    model_labels: ModelLabels = field(default_factory=lambda: ModelLabels([], 100))
     transport_of: Callable[[Scope], asyncio.WriteTransport | None] | None = None
     """The client connection of a request, when the server that runs the app can tell
     (``GatewayServer`` and ``serve`` can): the relay sends without a hop through its buffer
@@ -38,7 +67,7 @@ class GatewayState:
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""
         up, down = record.timelines(end_ns, keep_text=self.config.recording.keep_text)
-        labels = labels_of(record)
+        labels = labels_of(record, self.model_labels)
         duration = (end_ns - record.received_ns) / 1e9
         self.metrics.observe_stream(labels, (up, down), duration_s=duration)
         self.metrics.streams.labels(*labels, record.outcome.value).inc()
@@ -49,10 +78,11 @@ class GatewayState:
                 self.log.error("recording failed: %s", exc)
 
 
-def labels_of(record: StreamRecord) -> StreamLabels:
+def labels_of(record: StreamRecord, models: ModelLabels) -> StreamLabels:
+    """A request's metric labels, its model folded into a bounded set."""
     labels = record.labels
     return (
-        labels.get("model", ""),
+        models.label(labels.get("model", "")),
         labels.get("route", ""),
         labels.get("tenant", ""),
         labels.get("upstream", "none"),

@@ -1,17 +1,23 @@
 """Calling upstreams: request bodies (continuations included), one aiohttp session, mapped errors.
 
-aiohttp's exceptions never leave this module: a connection that cannot be made is an
-:class:`~steadystream.UpstreamConnectError`, an HTTP error status an
-:class:`~steadystream.UpstreamStatusError` carrying the upstream's own message, a stream that
-breaks an :class:`~steadystream.UpstreamStreamError`. Upstream keys come from the environment,
-are sent only in the ``Authorization`` header, and are scrubbed from every message that could
-reach a log, a recording, a metric or a client (:meth:`UpstreamPool.redact`).
+aiohttp's exceptions never leave this module (they are mapped in
+:func:`~steadystream._transport_errors.map_transport_errors`): a connection that cannot be
+made is an :class:`~steadystream.UpstreamConnectError`, an HTTP error status an
+:class:`~steadystream.UpstreamStatusError` carrying the upstream's own message (and its
+``Retry-After``), a stream that breaks an :class:`~steadystream.UpstreamStreamError`.
+Upstream keys come from the environment, are sent only in the ``Authorization`` header, and
+are scrubbed from every message that could reach a log, a recording, a metric or a client
+(:meth:`UpstreamPool.redact`).
+
+A streamed body is read through :func:`body_reader`, one small function, so that another
+transport (a kernel-stamped connection) can take its place without touching the relay.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -20,19 +26,78 @@ import orjson
 from steadystream._exceptions import (
     ConfigError,
     UpstreamConnectError,
-    UpstreamError,
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
+from steadystream._transport_errors import map_transport_errors
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
 
-__all__ = ["UpstreamPool", "UpstreamTimeoutError", "build_body", "open_session", "read_whole"]
+__all__ = [
+    "BodyReader",
+    "ResponseTooLargeError",
+    "UpstreamPool",
+    "UpstreamTimeoutError",
+    "body_reader",
+    "build_body",
+    "open_session",
+    "read_whole",
+    "safe_header",
+]
 
 _ERROR_BODY_LIMIT = 4096
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
+_RETRY_AFTER = re.compile(
+    r"^(?:[0-9]{1,9}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9:]{8} GMT)$"
+)
+_MEDIA_TYPE = re.compile(
+    r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(?:; ?charset=[A-Za-z0-9_-]+)?$"
+)
+
+BodyReader = Callable[[], Awaitable[bytes]]
+"""The next bytes of a streamed body, b"" at its end; an :class:`UpstreamStreamError` when
+the connection breaks."""
+
+
+class ResponseTooLargeError(UpstreamStreamError):
+    """A non-streaming answer larger than ``limits.max_response_bytes``."""
+
+
+def safe_header(value: str | None, pattern: re.Pattern[str]) -> str | None:
+    """An upstream header value the gateway may pass on: only one of the expected shape.
+
+    An upstream's headers are text from outside: a value is relayed only when it matches
+    what the header can hold, so nothing else it echoes (a key) reaches a client or a log.
+    """
+    if value is None or len(value) > 200 or not pattern.match(value):
+        return None
+    return value
+
+
+def retry_after(response: aiohttp.ClientResponse) -> str | None:
+    """The upstream's ``Retry-After`` (seconds or an HTTP date), when it sent a valid one."""
+    return safe_header(response.headers.get("Retry-After"), _RETRY_AFTER)
+
+
+def media_type(response: aiohttp.ClientResponse) -> str:
+    """The upstream's content type when it is a plain media type, else JSON."""
+    found = safe_header(response.headers.get("Content-Type"), _MEDIA_TYPE)
+    return found if found is not None else "application/json"
+
+
+def body_reader(response: aiohttp.ClientResponse, name: str) -> BodyReader:
+    """Reads a streamed body as the socket gives it, errors mapped."""
+    content = response.content
+
+    async def read() -> bytes:
+        with map_transport_errors(
+            UpstreamStreamError, f"the connection to upstream {name!r} broke"
+        ):
+            return await content.readany()
+
+    return read
 
 
 def open_session(config: GatewayConfig) -> aiohttp.ClientSession:
@@ -168,31 +233,33 @@ class UpstreamPool:
         url = f"{upstream.base_url}{path}"
         headers = self._headers(upstream, request_id, client_headers)
         timeout = aiohttp.ClientTimeout(total=None, connect=upstream.timeouts.connect / 1e9)
-        try:
+        with map_transport_errors(
+            UpstreamConnectError,
+            f"cannot reach upstream {upstream.name!r}",
+            timeout=lambda _: UpstreamTimeoutError(
+                f"upstream {upstream.name!r} sent no response headers in time"
+            ),
+            redact=self.redact,
+        ):
             async with asyncio.timeout(timeout_s):
                 response = await session.post(
                     url, data=orjson.dumps(body), headers=headers, timeout=timeout
                 )
-        except TimeoutError as exc:
-            raise UpstreamTimeoutError(
-                f"upstream {upstream.name!r} sent no response headers in time"
-            ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamConnectError(
-                self.redact(f"cannot reach upstream {upstream.name!r}: {exc}")
-            ) from exc
         if response.status < 300:
             return response
         try:
             message = await self._error_message(response)
         finally:
             response.close()
-        raise UpstreamStatusError(response.status, self.redact(message))
+        raise UpstreamStatusError(
+            response.status, self.redact(message), retry_after=retry_after(response)
+        )
 
     async def get_json(self, upstream: UpstreamConfig, path: str, timeout_s: float) -> Any:
         """GET a small JSON document (``/models``); errors mapped like :meth:`post`'s."""
         headers = self._headers(upstream, "", {})
-        try:
+        what = f"upstream {upstream.name!r}: {path}"
+        with map_transport_errors(UpstreamConnectError, what, redact=self.redact):
             async with (
                 asyncio.timeout(timeout_s),
                 self._session().get(f"{upstream.base_url}{path}", headers=headers) as response,
@@ -200,13 +267,11 @@ class UpstreamPool:
                 if response.status >= 300:
                     message = await self._error_message(response)
                     raise UpstreamStatusError(response.status, self.redact(message))
-                return orjson.loads(await response.read())
-        except UpstreamError:
-            raise
-        except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError) as exc:
-            raise UpstreamConnectError(
-                self.redact(f"upstream {upstream.name!r}: {path}: {exc}")
-            ) from exc
+                raw = await response.content.read(_ERROR_BODY_LIMIT * 64)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamConnectError(self.redact(f"{what}: not JSON ({exc})")) from exc
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -216,8 +281,9 @@ class UpstreamPool:
     @staticmethod
     async def _error_message(response: aiohttp.ClientResponse) -> str:
         try:
-            raw = await response.content.read(_ERROR_BODY_LIMIT)
-        except (aiohttp.ClientError, OSError):
+            with map_transport_errors(UpstreamStreamError, "error body"):
+                raw = await response.content.read(_ERROR_BODY_LIMIT)
+        except UpstreamStreamError:
             raw = b""
         try:
             data = orjson.loads(raw)
@@ -235,13 +301,34 @@ class UpstreamPool:
         return raw.decode("utf-8", "replace")[:500]
 
 
-async def read_whole(response: aiohttp.ClientResponse, name: str, timeout_s: float) -> bytes:
-    """The whole body of a non-streaming response; a broken or late one is an
-    :class:`UpstreamStreamError`."""
-    try:
+async def read_whole(
+    response: aiohttp.ClientResponse, name: str, timeout_s: float, *, limit: int
+) -> bytes:
+    """The whole body of a non-streaming response, at most ``limit`` bytes.
+
+    A broken or late body is an :class:`UpstreamStreamError`; one larger than ``limit`` a
+    :class:`ResponseTooLargeError`, raised as soon as it is known (from ``Content-Length``
+    before reading, else once the limit is passed), so memory stays bounded.
+    """
+    too_large = ResponseTooLargeError(
+        f"upstream {name!r} answered with more than limits.max_response_bytes ({limit} bytes)"
+    )
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise too_large
+    parts: list[bytes] = []
+    size = 0
+    with map_transport_errors(
+        UpstreamStreamError,
+        f"upstream {name!r} broke off its response",
+        timeout=lambda _: UpstreamStreamError(
+            f"upstream {name!r} did not finish its response in time"
+        ),
+    ):
         async with asyncio.timeout(timeout_s):
-            return await response.read()
-    except TimeoutError as exc:
-        raise UpstreamStreamError(f"upstream {name!r} did not finish its response in time") from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        raise UpstreamStreamError(f"upstream {name!r} broke off its response: {exc}") from exc
+            while data := await response.content.readany():
+                size += len(data)
+                if size > limit:
+                    raise too_large
+                parts.append(data)
+    return b"".join(parts)

@@ -10,6 +10,10 @@ reset the clock. Keepalive comments, role-only and empty chunks do not: a server
 while its engine is stuck is still stuck. Writes to the client do not either: a slow client
 is the backpressure's business, so while the relay has stopped reading upstream because its
 buffer is full, the watchdog is paused and the time does not count.
+
+A finish reason ends the token deadlines but not the watch: ``[DONE]`` (or the close) must
+follow within ``finish_ns``. An upstream that says "stop" and then holds the connection open
+would otherwise keep the client waiting, and the connection held, until someone's timeout.
 """
 
 from __future__ import annotations
@@ -26,59 +30,81 @@ class StallKind(enum.StrEnum):
 
     FIRST_TOKEN = "first-token"  # no token since the request was sent
     INTER_TOKEN = "inter-token"  # a silence between two tokens
+    AFTER_FINISH = "after-finish"  # a finish reason, then neither [DONE] nor the close
 
 
 class Watchdog:
     """Deadlines for one upstream attempt.
 
     ``start(now)`` when the request is sent; ``token(now)`` for every token-carrying event;
-    ``finish()`` once the upstream said it is done (a finish reason, ``[DONE]``): nothing is
-    due after that. ``pause(now)``/``resume(now)`` bracket the time the relay is not reading.
+    ``finish(now)`` once the upstream gave a finish reason: only the end of the body is due
+    after that, within ``finish_ns``; ``done()`` once it ended (``[DONE]``): nothing is due.
+    ``pause(now)``/``resume(now)`` bracket the time the relay is not reading.
     """
 
     __slots__ = (
         "_deadline",
+        "_finished",
         "_paused_at",
         "_seen_token",
         "_waived",
+        "finish_ns",
         "first_token_ns",
         "last_token_ns",
         "stall_ns",
     )
 
-    def __init__(self, *, first_token_ns: Nanos, stall_ns: Nanos) -> None:
-        if first_token_ns <= 0 or stall_ns <= 0:
+    def __init__(
+        self, *, first_token_ns: Nanos, stall_ns: Nanos, finish_ns: Nanos = 5_000_000_000
+    ) -> None:
+        if first_token_ns <= 0 or stall_ns <= 0 or finish_ns <= 0:
             raise ValueError("watchdog timeouts must be positive")
         self.first_token_ns = first_token_ns
         self.stall_ns = stall_ns
+        self.finish_ns = finish_ns
         self._deadline: Nanos | None = None
         self._paused_at: Nanos | None = None
         self._seen_token = False
         self._waived = False
+        self._finished = False
         self.last_token_ns: Nanos | None = None
 
     def start(self, now: Nanos) -> None:
         self._deadline = now + self.first_token_ns
         self._seen_token = False
+        self._finished = False
         self._paused_at = None
 
     def token(self, now: Nanos) -> None:
         """An event that carries tokens arrived at ``now``."""
         self._seen_token = True
         self.last_token_ns = now
-        if self._deadline is not None:
+        if self._deadline is not None and not self._finished:
             self._deadline = now + self.stall_ns
             self._waived = False
 
-    def finish(self) -> None:
-        """The upstream finished generating: no deadline any more."""
+    def finish(self, now: Nanos) -> None:
+        """The upstream gave a finish reason: the body must end within ``finish_ns``."""
+        if self._deadline is None or self._finished:
+            return
+        self._finished = True
+        self._waived = False
+        self._deadline = now + self.finish_ns
+
+    def done(self) -> None:
+        """The upstream ended its answer (``[DONE]``): no deadline any more."""
         self._deadline = None
         self._waived = False
+
+    @property
+    def finished(self) -> bool:
+        """A finish reason came: the deadline in force is the end of the body's."""
+        return self._finished
 
     def waive(self, give_up_ns: Nanos) -> None:
         """Let this silence run on, up to ``give_up_ns`` after the last token (there is
         nowhere better to go); the next token re-arms the usual stall deadline."""
-        if self._deadline is None:
+        if self._deadline is None or self._finished:
             return
         base = self.last_token_ns if self.last_token_ns is not None else self._deadline
         self._deadline = max(self._deadline, base + give_up_ns)
@@ -110,6 +136,8 @@ class Watchdog:
     @property
     def kind(self) -> StallKind:
         """The deadline now in force."""
+        if self._finished:
+            return StallKind.AFTER_FINISH
         return StallKind.INTER_TOKEN if self._seen_token else StallKind.FIRST_TOKEN
 
     def deadline(self) -> Nanos | None:

@@ -3,7 +3,13 @@
 Nothing reaches the client before the upstream's answer is complete, so every failure can
 still try the next upstream (connect errors, retryable statuses, a broken body, the
 upstream's request timeout), and the last refusal is passed on with its status and message.
-A client that leaves closes the upstream request too.
+Failovers are recorded and counted as the streaming relay's are (:class:`Relay`). A client
+that leaves closes the upstream request too.
+
+The answer is held whole (a JSON document cannot be relayed in parts and still be failed
+over), so it is bounded: an answer larger than ``limits.max_response_bytes`` is refused with
+a 502 naming the limit, as soon as its size is known, and is not retried elsewhere (another
+upstream would give as much). It is parsed once, for the timeline's text and usage.
 """
 
 from __future__ import annotations
@@ -11,145 +17,90 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
-from steadystream._exceptions import (
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamStreamError,
-)
+from steadystream._exceptions import UpstreamError
 from steadystream._types import EventKind, Outcome
-from steadystream.gateway.config import UpstreamConfig
-from steadystream.gateway.disconnect import run_until_disconnect
-from steadystream.gateway.events import Piece
-from steadystream.gateway.recording import StreamRecord
-from steadystream.gateway.refusal import send_refusal
-from steadystream.gateway.requests import ProxyRequest
-from steadystream.gateway.state import GatewayState, labels_of
-from steadystream.gateway.upstreams import build_body, read_whole
+from steadystream.gateway.attempt import cause_of
+from steadystream.gateway.base import Relay
+from steadystream.gateway.events import Failure, Piece
+from steadystream.gateway.failover import Action
+from steadystream.gateway.upstreams import build_body, media_type, read_whole
 
 __all__ = ["WholeRelay"]
 
 
-class WholeRelay:
+class WholeRelay(Relay):
     """The ASGI response of one non-streaming request."""
 
-    def __init__(
-        self,
-        state: GatewayState,
-        request: ProxyRequest,
-        record: StreamRecord,
-        candidates: list[UpstreamConfig],
-        *,
-        client_headers: dict[str, str],
-    ) -> None:
-        self.state = state
-        self.request = request
-        self.record = record
-        self.candidates = candidates
-        self.client_headers = client_headers
-        self._path = "/chat/completions" if request.chat else "/completions"
-        self.answered = False
+    _answered = False
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        state, record = self.state, self.record
-        clock = state.clock
-        route = record.labels["route"]
-        state.metrics.active.labels(route).inc()
-        try:
-            noticed = await run_until_disconnect(
-                self._serve(send), receive, clock, answered=lambda: self.answered
-            )
-            if noticed is not None:
-                latency = clock.now_ns() - noticed
-                record.outcome = Outcome.CANCELLED
-                record.error = "the client disconnected"
-                record.meta["cancel_latency_ns"] = latency
-                state.metrics.cancellations.labels(*labels_of(record)).inc()
-                state.metrics.cancel_latency.observe((route,), latency / 1e9)
-        finally:
-            state.metrics.active.labels(route).dec()
-            try:
-                state.finish_record(record, clock.now_ns())
-            except Exception:
-                state.log.exception("request %s: could not record", record.request_id)
+    def answered(self) -> bool:
+        return self._answered
 
-    async def _serve(self, send: Send) -> None:
-        state, record = self.state, self.record
-        clock = state.clock
-        failover = state.config.failover
+    async def _serve(self, scope: Scope, send: Send) -> None:
+        state, clock = self.state, self.clock
+        candidates = self.candidates[: state.config.failover.max_attempts]
         last: UpstreamError | None = None
-        for index, upstream in enumerate(self.candidates[: failover.max_attempts]):
-            request_id = record.request_id if index == 0 else f"{record.request_id}.f{index}"
-            record.labels["upstream"] = upstream.name
+        note: dict[str, Any] | None = None
+        for index, upstream in enumerate(candidates):
+            info = self.begin_attempt(upstream, Action.RETRY)
             sent = clock.now_ns()
-            record.attempts.append(
-                {
-                    "upstream": upstream.name,
-                    "request_id": request_id,
-                    "sent_ns": record.offset(sent),
-                }
-            )
             response = None
             deadline = sent + upstream.timeouts.request
             try:
                 response = await state.pool.post(
                     upstream,
-                    self._path,
+                    self.path,
                     build_body(self.request, upstream),
-                    request_id=request_id,
+                    request_id=info["request_id"],
                     client_headers=self.client_headers,
                     timeout_s=upstream.timeouts.request / 1e9,
                 )
                 arrived = clock.now_ns()
                 left_s = max(0.0, (deadline - clock.now_ns()) / 1e9)
-                body = await read_whole(response, upstream.name, left_s)
-                content_type = response.headers.get("Content-Type", "application/json")
+                body = await read_whole(
+                    response, upstream.name, left_s, limit=state.config.limits.max_response_bytes
+                )
+                content_type = media_type(response)
                 status = response.status
             except UpstreamError as exc:
                 last = exc
-                record.attempts[-1]["error"] = str(exc)
-                retryable = isinstance(exc, UpstreamConnectError | UpstreamStreamError) or (
-                    isinstance(exc, UpstreamStatusError) and exc.status in failover.retry_statuses
-                )
-                if not (retryable and failover.before_first_token):
+                if note is not None:
+                    note["result"] = "failed"
+                message = state.pool.redact(str(exc))
+                info["error"] = message
+                cause = cause_of(exc)
+                info["failure"] = cause.value
+                following = candidates[index + 1] if index + 1 < len(candidates) else None
+                if following is None or not self.retryable(exc):
                     break
-                record.failovers.append(
-                    {
-                        "at_ns": record.offset(clock.now_ns()),
-                        "after_tokens": 0,
-                        "cause": type(exc).__name__,
-                        "message": str(exc),
-                        "from": upstream.name,
-                        "kind": "retry",
-                        "result": "failed",
-                    }
-                )
+                note = self.note_failover(upstream, Failure(cause, message), "retry", following)
                 continue
             finally:
                 if response is not None:
                     response.close()
+            state.model_labels.served(self.request.model)
             await self._answer(send, status, body, content_type, arrived)
             return
         assert last is not None
-        self.answered = True
-        await send_refusal(send, state, record, last)
+        self._answered = True
+        await self.refuse(send, last)
 
     async def _answer(
         self, send: Send, status: int, body: bytes, content_type: str, arrived: int
     ) -> None:
         record = self.record
-        clock = self.state.clock
         headers = [
             (b"content-type", content_type.encode()),
             (b"content-length", str(len(body)).encode()),
             (b"x-request-id", record.request_id.encode()),
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        self.answered = True
+        self.committed = True
+        self._answered = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
-        sent = clock.now_ns()
+        sent = self.clock.now_ns()
         text, usage = _answer_text(body)
         for log, t in ((record.upstream, arrived), (record.downstream, sent)):
             offset = record.offset(t)
@@ -157,6 +108,8 @@ class WholeRelay:
             if text:
                 log.add(offset, Piece(EventKind.CONTENT, text, b"", len(body)))
         record.usage = usage
+        if record.failovers:  # the last retry is the one that answered
+            record.failovers[-1]["result"] = "completed"
         record.outcome = Outcome.COMPLETE if len(record.attempts) == 1 else Outcome.FAILED_OVER
 
 

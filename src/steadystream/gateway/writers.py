@@ -7,7 +7,8 @@ them at event boundaries): no parse, no copy, one ASGI send per upstream read.
 hold (role, tool calls, finish, usage, keepalives, errors) keep their original bytes.
 
 Every write is stamped right after the server took it: that is the ``gateway-downstream``
-time of the events in it. Each write is also reported to the stuck-client rule.
+time of the events in it. Each write is also reported to the stuck-client rule. Writers see
+the stream's :class:`~steadystream.gateway.context.StreamContext`, never the relay.
 """
 
 from __future__ import annotations
@@ -15,30 +16,27 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, NamedTuple
 
 from starlette.types import Send
 
 from steadystream._types import Event, EventKind
+from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import ChunkFormat, Piece
 from steadystream.protocol.sse import DONE
-from steadystream.shaping import pace
+from steadystream.shaping import Pacer, pace
 from steadystream.shaping.base import is_paced
 from steadystream.timeline import estimate_tokens
 
-if TYPE_CHECKING:
-    from steadystream.gateway.relay import StreamRelay
-
-__all__ = ["Out", "RawOutlet", "write_paced", "write_raw"]
+__all__ = ["RawOutlet", "unsent_bytes", "write_paced", "write_raw"]
 
 _PACED_KINDS = (EventKind.CONTENT, EventKind.REASONING)
 
 
-class Out(NamedTuple):
-    """What the reader hands the writer: bytes to send and the events they hold."""
-
-    data: bytes
-    pieces: list[Piece]
+def unsent_bytes(transport: asyncio.WriteTransport | None) -> int | None:
+    """Bytes the client's connection holds not yet sent (None: not known)."""
+    if transport is None:
+        return None
+    return transport.get_write_buffer_size()
 
 
 class RawOutlet:
@@ -52,18 +50,18 @@ class RawOutlet:
     stream at once). ``busy`` keeps the two from sending at the same time.
     """
 
-    __slots__ = ("_clock", "_log", "_received", "_relay", "_send", "_stuck", "busy", "transport")
+    __slots__ = ("_clock", "_ctx", "_log", "_received", "_send", "_stuck", "busy", "transport")
 
     def __init__(
-        self, relay: StreamRelay, send: Send, transport: asyncio.WriteTransport | None
+        self, ctx: StreamContext, send: Send, transport: asyncio.WriteTransport | None
     ) -> None:
-        self._relay = relay
+        self._ctx = ctx
         self.transport = transport
         self._send = send
-        self._clock = relay.clock
-        self._stuck = relay.stuck
-        self._log = relay.record.downstream
-        self._received = relay.record.received_ns
+        self._clock = ctx.clock
+        self._stuck = ctx.stuck
+        self._log = ctx.record.downstream
+        self._received = ctx.record.received_ns
         self.busy = False
 
     @property
@@ -91,40 +89,39 @@ class RawOutlet:
             log.add(t, piece)
         if out.pieces[-1].kind is None:
             # [DONE] went out: the answer is whole, whatever the client does next.
-            self._relay.answered = True
+            self._ctx.answered = True
         return now
 
 
-async def write_raw(relay: StreamRelay, send: Send) -> None:
+async def write_raw(ctx: StreamContext, outlet: RawOutlet) -> None:
     """Forward the buffer's bytes unchanged."""
-    buffer = relay.buffer
-    outlet = relay.outlet
-    assert outlet is not None
+    buffer = ctx.buffer
     while (out := await buffer.get()) is not None:
         await outlet.deliver(out)
 
 
-async def write_paced(relay: StreamRelay, send: Send) -> None:
+async def write_paced(
+    ctx: StreamContext,
+    send: Send,
+    pacer: Pacer,
+    *,
+    chat: bool,
+    high_watermark: int,
+    low_watermark: int,
+) -> None:
     """Release text as the stream's pacer says; everything else in order, unchanged."""
-    pacer = relay.pacer
-    assert pacer is not None
-    limits = relay.state.config.limits
-    clock = relay.clock
-    stuck = relay.stuck
-    log = relay.record.downstream
-    received = relay.record.received_ns
-    chunks = ChunkFormat(chat=relay.request.chat)
+    clock = ctx.clock
+    stuck = ctx.stuck
+    log = ctx.record.downstream
+    received = ctx.record.received_ns
+    chunks = ChunkFormat(chat=chat)
     held: deque[Piece] = deque()  # pieces the pacer passes through, in their order
-    events = _events(relay, chunks, held)
+    events = _events(ctx, chunks, held)
     async for event in pace(
-        events,
-        pacer,
-        clock,
-        high_watermark=limits.pacer_high_watermark,
-        low_watermark=limits.pacer_low_watermark,
+        events, pacer, clock, high_watermark=high_watermark, low_watermark=low_watermark
     ):
         if is_paced(event):
-            chunks.envelope = relay.envelope
+            chunks.envelope = ctx.envelope
             raw = chunks.text(event.kind, event.text)
             piece = Piece(event.kind, event.text, raw, len(raw))
         else:
@@ -139,15 +136,15 @@ async def write_paced(relay: StreamRelay, send: Send) -> None:
             log.first_byte_ns = t
         log.add(t, piece)
         if piece.kind is None or piece.raw.endswith(DONE):
-            relay.answered = True  # the answer is whole, whatever the client does next
+            ctx.answered = True  # the answer is whole, whatever the client does next
 
 
 async def _events(
-    relay: StreamRelay, chunks: ChunkFormat, held: deque[Piece]
+    ctx: StreamContext, chunks: ChunkFormat, held: deque[Piece]
 ) -> AsyncIterator[Event]:
     """The buffer's pieces as events for the pacer: text is paced, the rest passes through."""
-    buffer = relay.buffer
-    clock = relay.clock
+    buffer = ctx.buffer
+    clock = ctx.clock
     last_usage = 0
     while (out := await buffer.get()) is not None:
         now = clock.now_ns()

@@ -8,22 +8,22 @@ the steps it had to re-anchor because it fell too far behind.
 
 Time to first token and inter-token latency are observed when the lab writes the events,
 so they match the ground truth at ``/lab/requests`` exactly. They are observed once per SSE
-event, thousands of times a second, so they are kept in :class:`EventHistogram` (a list
-increment, no lock: the lab observes and is scraped on its one event-loop thread) and
-exposed by a collector. A registry is passed in; the global one is never touched.
+event, thousands of times a second, so they are kept in the project's hand-rolled
+histogram (:mod:`steadystream._histogram`: a list increment, no lock, since the lab observes
+and is scraped on its one event-loop thread). A registry is passed in; the global one is
+never touched.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE", "EventHistogram", "LabMetrics"]
+from steadystream._histogram import FastHistogram, Histograms, HistogramSeries
+
+__all__ = ["CONTENT_TYPE", "LabMetrics", "event_histogram"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -39,42 +39,17 @@ _ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 _LAG_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
-class EventHistogram(Collector):
-    """A histogram cheap enough to observe per event; collected like any other."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        buckets: Sequence[float],
-        labels: dict[str, str],
-        registry: CollectorRegistry,
-    ) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._bounds = tuple(float(b) for b in buckets)
-        self._labels = labels
-        self._counts = [0] * (len(self._bounds) + 1)
-        self._sum = 0.0
-        registry.register(self)
-
-    def observe(self, value: float) -> None:
-        self._counts[bisect_left(self._bounds, value)] += 1  # buckets are "<= bound"
-        self._sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self._counts)
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self._name, self._documentation, labels=list(self._labels))
-        cumulative = 0
-        buckets = []
-        for bound, count in zip((*self._bounds, float("inf")), self._counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(cumulative)))
-        family.add_metric(list(self._labels.values()), buckets, self._sum)
-        yield family
+def event_histogram(
+    name: str,
+    documentation: str,
+    buckets: Sequence[float],
+    labels: dict[str, str],
+    registry: CollectorRegistry,
+) -> HistogramSeries:
+    """A histogram cheap enough to observe per event, registered with one label set."""
+    histogram = FastHistogram(name, documentation, list(labels), buckets)
+    registry.register(Histograms([histogram]))
+    return histogram.labels(*labels.values())
 
 
 class LabMetrics:
@@ -106,14 +81,14 @@ class LabMetrics:
             "vllm:spec_decode_num_accepted_tokens", "Speculative draft tokens accepted."
         )
         label_values = dict(zip(names, values, strict=True))
-        self.ttft = EventHistogram(
+        self.ttft = event_histogram(
             "vllm:time_to_first_token_seconds",
             "Arrival to first content write.",
             _TTFT_BUCKETS,
             label_values,
             registry,
         )
-        self.itl = EventHistogram(
+        self.itl = event_histogram(
             "vllm:inter_token_latency_seconds",
             "Between content writes.",
             _ITL_BUCKETS,

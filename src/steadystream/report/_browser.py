@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from steadystream._exceptions import BrowserError
+from steadystream._transport_errors import TRANSPORT_ERRORS
 
 __all__ = ["CHROMIUM_FLAGS", "BrowserError", "Page", "find_chromium", "open_page"]
 
@@ -236,7 +237,7 @@ async def _launch(executable: str) -> AsyncIterator[_Connection]:
                     yield connection
                 finally:
                     connection.reader.cancel()
-        except (OSError, aiohttp.ClientError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise BrowserError(f"could not talk to Chromium ({executable}): {exc}") from exc
         finally:
             await _stop(process)

@@ -1,0 +1,133 @@
+"""A hand-written upstream that misbehaves on request, for the hardening tests.
+
+What it does is chosen per request by the body field ``hostile`` (the gateway passes unknown
+fields on untouched); ``size`` sizes the big ones. Every text it sends back echoes the
+``Authorization`` header it got, the worst a provider can do with a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+__all__ = ["HostileUpstream"]
+
+
+def _chunk(content: str | None = None, *, finish: str | None = None, role: bool = False) -> bytes:
+    delta: dict[str, Any] = {}
+    if role:
+        delta["role"] = "assistant"
+    if content is not None:
+        delta["content"] = content
+    obj = {
+        "id": "chatcmpl-h",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "lab",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class HostileUpstream:
+    """An aiohttp server in a background thread; ``with`` starts and stops it."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.closed_early = 0  # streams whose client (the gateway) went before the end
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        mode = body.get("hostile", "")
+        size = int(body.get("size", 0))
+        echo = f"you sent key {key}"
+        if mode == "status":
+            return web.json_response(
+                {"error": {"message": echo}}, status=500, headers={"X-Echo": key}
+            )
+        if mode == "rate-limit":
+            return web.json_response(
+                {"error": {"message": f"slow down ({echo})"}},
+                status=429,
+                headers={"Retry-After": "7", "X-Echo": key},
+            )
+        if mode == "header":
+            answer = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+            return web.Response(
+                body=orjson.dumps(answer),
+                headers={"Content-Type": f"application/json; {key}", "X-Echo": key},
+            )
+        if mode == "big-body":
+            filler = "x" * size
+            answer = {"choices": [{"message": {"role": "assistant", "content": filler}}]}
+            return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            await response.write(_chunk(role=True))
+            for word in ("one ", "two ", "three "):
+                await response.write(_chunk(word))
+            if mode == "error-event":
+                error = orjson.dumps({"error": {"message": echo, "type": "server_error"}})
+                await response.write(b"data: " + error + b"\n\n")
+            elif mode == "bad-chunk":
+                await response.write(b"data: {not json, " + echo.encode() + b"\n\n")
+            elif mode == "finish-silence":
+                await response.write(_chunk(finish="stop"))
+                await asyncio.sleep(60)  # neither [DONE] nor the close
+            elif mode == "big-event":
+                # One event of ``size`` bytes in 64 KiB writes, then the rest of a good stream.
+                await response.write(b'data: {"pad": "')
+                for _ in range(size // 65_536):
+                    await response.write(b"x" * 65_536)
+                await response.write(b'"}\n\n')
+                await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+            elif mode == "endless-line":
+                await response.write(b"data: ")
+                for _ in range(size // 65_536):
+                    await response.write(b"y" * 65_536)
+                await asyncio.sleep(60)
+            else:
+                await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        except (ConnectionError, asyncio.CancelledError):
+            self.closed_early += 1
+            raise
+        return response
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> HostileUpstream:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the hostile upstream did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
