@@ -2,7 +2,8 @@
 
 What it does is chosen per request by the body field ``hostile`` (the gateway passes unknown
 fields on untouched); ``size`` sizes the big ones. Every text it sends back echoes the
-``Authorization`` header it got, the worst a provider can do with a key.
+``Authorization`` header it got, the worst a provider can do with a key; ``seen_keys`` lists
+the headers it got.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def _chunk(content: str | None = None, *, finish: str | None = None, role: bool 
 class HostileUpstream:
     """An aiohttp server in a background thread; ``with`` starts and stops it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, default: str = "") -> None:
+        self.default = default  # the mode of a request that names none
+        self.seen_keys: list[str] = []
         self.port = 0
         self.closed_early = 0  # streams whose client (the gateway) went before the end
         self._ready = threading.Event()
@@ -50,10 +53,14 @@ class HostileUpstream:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.seen_keys.append(request.headers.get("Authorization", ""))
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        mode = body.get("hostile", "")
+        mode = body.get("hostile", self.default)
         size = int(body.get("size", 0))
         echo = f"you sent key {key}"
+        if mode == "auth":  # what OpenAI answers a wrong key, the key quoted
+            message = f"Incorrect API key provided: {key}"
+            return web.json_response({"error": {"message": message}}, status=401)
         if mode == "status":
             return web.json_response(
                 {"error": {"message": echo}}, status=500, headers={"X-Echo": key}

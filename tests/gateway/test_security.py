@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from aiohttp import web
 
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.lab import LabServer
 from tests.gateway.conftest import chat_body, gateway_config, get, post, upstream
+from tests.gateway.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
 
@@ -98,52 +96,10 @@ def test_a_bad_pacer_header_is_400(tenants_gateway: GatewayServer) -> None:
     assert "leaky" in answer.json()["error"]["message"]  # the accepted pacers are listed
 
 
-class EchoingUpstream:
-    """An upstream that checks its key, then fails in the worst way: echoing the key back."""
-
-    def __init__(self) -> None:
-        self.seen_keys: list[str] = []
-        self.port = 0
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        key = request.headers.get("Authorization", "")
-        self.seen_keys.append(key)
-        message = f"Incorrect API key provided: {key.removeprefix('Bearer ')}"
-        return web.json_response({"error": {"message": message}}, status=401)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
-
-    def __enter__(self) -> EchoingUpstream:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-
 def test_the_upstream_key_never_leaks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     recorder = TimelineRecorder(tmp_path)
-    with EchoingUpstream() as echo:
+    with HostileUpstream(default="auth") as echo:
         config = gateway_config(
             {
                 "name": "echo",
