@@ -76,11 +76,18 @@ def watchdog(clock: FakeClock, *, first_ms: int = 500, stall_ms: int = 300) -> W
     return dog
 
 
-async def run_for(clock: FakeClock, guard: Guard, until_ms: int) -> asyncio.Task[None]:
+async def started(guard: Guard) -> asyncio.Task[None]:
     task = asyncio.ensure_future(guard.run())
     await asyncio.sleep(0)
-    await clock.advance_to(until_ms * MS)
     return task
+
+
+async def token_at(clock: FakeClock, stream: FakeStream, guard: Guard, ms: int) -> None:
+    """A token arrives at ``ms``; the reader pokes the guard as the relay's does."""
+    await clock.advance_to(ms * MS)
+    stream.token()
+    guard.poke()
+    await asyncio.sleep(0)
 
 
 async def stop(task: asyncio.Task[None]) -> None:
@@ -93,13 +100,9 @@ async def test_a_stall_fires_exactly_at_its_deadline_and_is_counted_once() -> No
     clock = FakeClock()
     stream = FakeStream(clock, watchdog(clock))
     guard, _ = make_guard(stream)
-    task = asyncio.ensure_future(guard.run())
-    await asyncio.sleep(0)
+    task = await started(guard)
     for t in (120, 150, 400):  # tokens; then silence
-        await clock.advance_to(t * MS)
-        stream.token()
-        guard.poke()
-        await asyncio.sleep(0)
+        await token_at(clock, stream, guard, t)
     await clock.advance_to(5_000 * MS)
     await stop(task)
     assert [(t, f.cause) for t, f in stream.stops] == [(700 * MS, Cause.STALL)]
@@ -112,7 +115,8 @@ async def test_the_first_token_deadline_and_keepalives_before_it() -> None:
     clock = FakeClock()
     stream = FakeStream(clock, watchdog(clock, first_ms=1_000))
     guard, _ = make_guard(stream, keepalive_ms=300)
-    task = await run_for(clock, guard, 2_000)
+    task = await started(guard)
+    await clock.advance_to(2_000 * MS)
     await stop(task)
     assert stream.keepalives == [300 * MS, 600 * MS, 900 * MS, 1_200 * MS, 1_500 * MS, 1_800 * MS]
     assert [(t, f.cause) for t, f in stream.stops] == [(1_000 * MS, Cause.FIRST_TOKEN_TIMEOUT)]
@@ -124,10 +128,8 @@ async def test_a_finish_then_silence_ends_the_read_at_the_finish_timeout_uncount
     clock = FakeClock()
     stream = FakeStream(clock, watchdog(clock))
     guard, _ = make_guard(stream)
-    task = asyncio.ensure_future(guard.run())
-    await asyncio.sleep(0)
-    await clock.advance_to(100 * MS)
-    stream.token()
+    task = await started(guard)
+    await token_at(clock, stream, guard, 100)
     assert stream.watchdog is not None
     stream.watchdog.finish(clock.now_ns())
     guard.poke()
@@ -145,12 +147,8 @@ async def test_with_no_fallback_a_stall_is_counted_then_waited_out_to_the_give_u
     clock = FakeClock()
     stream = FakeStream(clock, watchdog(clock), waits_out=True)
     guard, _ = make_guard(stream, give_up_ms=5_000)
-    task = asyncio.ensure_future(guard.run())
-    await asyncio.sleep(0)
-    await clock.advance_to(100 * MS)
-    stream.token()
-    guard.poke()
-    await asyncio.sleep(0)
+    task = await started(guard)
+    await token_at(clock, stream, guard, 100)
     await clock.advance_to(20_000 * MS)
     await stop(task)
     assert stream.stalls == [(400 * MS, StallKind.INTER_TOKEN)]  # counted when it began
@@ -164,8 +162,7 @@ async def test_a_client_that_drains_nothing_is_cut_one_that_drains_slowly_is_not
     clock = FakeClock()
     stream = FakeStream(clock, unsent=65_536)
     guard, stuck = make_guard(stream, stuck_ms=1_000)
-    task = asyncio.ensure_future(guard.run())
-    await asyncio.sleep(0)
+    task = await started(guard)
     stuck.sending(clock.now_ns())
     guard.poke()
     await asyncio.sleep(0)
