@@ -92,6 +92,9 @@ class HostileUpstream:
                 await response.write(b"data: " + error + b"\n\n")
             elif mode == "bad-chunk":
                 await response.write(b"data: {not json, " + echo.encode() + b"\n\n")
+            elif mode == "finish-close":
+                await response.write(_chunk(finish="stop"))
+                return response  # the end of the body, but no [DONE]
             elif mode == "finish-silence":
                 await response.write(_chunk(finish="stop"))
                 await asyncio.sleep(60)  # neither [DONE] nor the close

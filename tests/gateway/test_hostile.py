@@ -93,6 +93,27 @@ def test_a_finish_then_silence_is_ended_by_the_gateway(
     assert down.meta["attempts"][0]["failure"] == "silent-after-finish"
 
 
+def test_a_close_after_the_finish_reason_completes_the_answer_without_failing_over(
+    upstream: HostileUpstream, sink: MemorySink
+) -> None:
+    fallback = {**hostile(upstream), "name": "fallback", "priority": 1}
+    config = gateway_config(hostile(upstream), fallback)
+    with GatewayServer(config, recorder=sink, env=ENV) as gw:
+        streamed = post(
+            gw.base_url,
+            "/chat/completions",
+            chat_body(5, hostile="finish-close"),
+            {"X-Request-Id": "closed"},
+        )
+        _, down = sink.edges("closed")
+    assert streamed.done
+    assert streamed.error is None
+    assert streamed.text == "one two three "  # not continued: the answer had ended
+    assert down.outcome is Outcome.COMPLETE
+    assert down.meta["failovers"] == []
+    assert "without [DONE]" in down.meta["ended_by_gateway"]
+
+
 def test_a_non_streaming_answer_past_max_response_bytes_is_refused_clearly(
     upstream: HostileUpstream,
 ) -> None:

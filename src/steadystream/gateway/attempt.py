@@ -43,6 +43,7 @@ class Attempt:
         "cutter",
         "entry",
         "failure",
+        "finishes_left",
         "index",
         "request_id",
         "response",
@@ -61,6 +62,7 @@ class Attempt:
         watchdog: Watchdog,
         *,
         max_event_bytes: int = 1 << 20,
+        choices: int = 1,
     ) -> None:
         self.upstream = upstream
         self.index = index
@@ -75,6 +77,9 @@ class Attempt:
         self.action = Action.RETRY
         self.entry: dict[str, Any] | None = None  # the failover that led here
         self.usage_base = 0  # a continuation's running usage counts from here
+        # Only once every choice has its finish reason is the answer over (n > 1 streams
+        # finish their choices one by one).
+        self.finishes_left = choices
 
     @property
     def reading(self) -> bool:
@@ -115,6 +120,12 @@ async def read_attempt(
         except UpstreamStreamError as exc:
             return Failure(Cause.RESET, str(exc))
         if not data:
+            if watchdog.finished and not cutter.pending_bytes:
+                # The answer was whole; only the [DONE] marker is missing: the gateway adds it.
+                return Failure(
+                    Cause.SILENT_AFTER_FINISH,
+                    "the upstream closed the stream after its finish reason, without [DONE]",
+                )
             return Failure(Cause.RESET, cutter.error_at_end())
         now = clock.now_ns()
         t = now - received
@@ -154,8 +165,10 @@ async def read_attempt(
                 elif kind is EventKind.ROLE:
                     progress.role_sent = True
                 if piece.finish is not None:
-                    watchdog.finish(now)
-                    ctx.wake_guard()
+                    attempt.finishes_left -= 1
+                    if attempt.finishes_left <= 0:
+                        watchdog.finish(now)
+                        ctx.wake_guard()
                 if piece.usage >= 0:
                     progress.usage_tokens = usage_base + piece.usage
                 if piece.usage_counts is not None:

@@ -225,6 +225,7 @@ class StreamRelay(Relay):
             info["request_id"],
             watchdog,
             max_event_bytes=config.limits.max_event_bytes,
+            choices=self.request.choices,
         )
         attempt.action = action
         attempt.cutter.keep_raw = self.pacer is not None
