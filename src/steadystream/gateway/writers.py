@@ -14,6 +14,7 @@ the stream's :class:`~steadystream.gateway.context.StreamContext`, never the rel
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -31,12 +32,33 @@ __all__ = ["RawOutlet", "unsent_bytes", "write_paced", "write_raw"]
 
 _PACED_KINDS = (EventKind.CONTENT, EventKind.REASONING)
 
+try:
+    import fcntl
+    import termios
+
+    _TIOCOUTQ: int | None = termios.TIOCOUTQ
+except (ImportError, AttributeError):  # not on this platform: the transport's buffer only
+    _TIOCOUTQ = None
+
 
 def unsent_bytes(transport: asyncio.WriteTransport | None) -> int | None:
-    """Bytes the client's connection holds not yet sent (None: not known)."""
+    """Bytes the client's connection holds that the client has not taken (None: not known).
+
+    The transport's own buffer moves only when the kernel frees a third of its send buffer,
+    seconds apart for a slow reader; the kernel's send queue (``TIOCOUTQ``, on Linux) falls
+    with every window the client opens by reading. Both together show a slow reader reading.
+    """
     if transport is None:
         return None
-    return transport.get_write_buffer_size()
+    unsent = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if _TIOCOUTQ is not None and sock is not None:
+        try:
+            queued = fcntl.ioctl(sock.fileno(), _TIOCOUTQ, b"\0\0\0\0")
+        except (OSError, ValueError):  # closed, or not a socket the kernel can tell about
+            return unsent
+        unsent += int.from_bytes(queued, sys.byteorder, signed=True)
+    return unsent
 
 
 class RawOutlet:
