@@ -77,6 +77,9 @@ class HostileUpstream:
                 body=orjson.dumps(answer),
                 headers={"Content-Type": f"application/json; {key}", "X-Echo": key},
             )
+        if mode == "content-echo-whole":
+            answer = {"choices": [{"message": {"role": "assistant", "content": echo}}]}
+            return web.json_response(answer)
         if mode == "big-body":
             filler = "x" * size
             answer = {"choices": [{"message": {"role": "assistant", "content": filler}}]}
@@ -87,7 +90,9 @@ class HostileUpstream:
             await response.write(_chunk(role=True))
             for word in ("one ", "two ", "three "):
                 await response.write(_chunk(word))
-            if mode == "error-event":
+            if mode == "content-echo":
+                await response.write(_chunk(echo) + _chunk(finish="stop") + b"data: [DONE]\n\n")
+            elif mode == "error-event":
                 error = orjson.dumps({"error": {"message": echo, "type": "server_error"}})
                 await response.write(b"data: " + error + b"\n\n")
             elif mode == "bad-chunk":

@@ -41,18 +41,26 @@ def test_the_key_never_leaks_from_any_place_an_upstream_puts_text(
     upstream: HostileUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    recorder = TimelineRecorder(tmp_path)
+    recorder = TimelineRecorder(tmp_path, keep_text=True)
     answers = {}
-    with GatewayServer(gateway_config(hostile(upstream)), recorder=recorder, env=ENV) as gw:
-        for mode in ("error-event", "bad-chunk"):  # mid-stream: in-band errors
+    config = gateway_config(hostile(upstream), recording={"keep_text": True})
+    with GatewayServer(config, recorder=recorder, env=ENV) as gw:
+        for mode in ("error-event", "bad-chunk", "content-echo"):  # mid-stream, and the answer
             answers[mode] = post(gw.base_url, "/chat/completions", chat_body(5, hostile=mode))
-        for mode in ("status", "rate-limit", "header"):  # bodies and headers
+        paced = chat_body(5, hostile="content-echo")
+        answers["paced"] = post(
+            gw.base_url, "/chat/completions", paced, {"X-Steadystream-Pacer": "leaky"}
+        )
+        for mode in ("status", "rate-limit", "header", "content-echo-whole"):
             body = chat_body(5, hostile=mode, stream=False)
             answers[mode] = post(gw.base_url, "/chat/completions", body)
         _, metrics = get(gw.url, "/metrics")
     recorder.close()
     assert "you sent key ***" in (answers["error-event"].error or "")
     assert "***" in (answers["bad-chunk"].error or "")
+    assert "you sent key ***" in answers["content-echo"].text
+    assert "you sent key ***" in answers["paced"].text
+    assert b"you sent key ***" in answers["content-echo-whole"].body
     assert answers["status"].status == 500
     assert answers["header"].status == 200
     assert answers["header"].headers["content-type"] == "application/json"  # not the echo

@@ -55,6 +55,7 @@ class StreamContext:
         "envelope",
         "progress",
         "record",
+        "scrub",
         "stuck",
         "wake_guard",
     )
@@ -65,6 +66,8 @@ class StreamContext:
         record: StreamRecord,
         buffer: StreamBuffer[Out],
         stuck: StuckClient,
+        *,
+        scrub: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self.clock = clock
         self.record = record
@@ -74,3 +77,4 @@ class StreamContext:
         self.envelope: dict[str, Any] | None = None  # id, created, model of the first chunk
         self.answered = False  # [DONE] (or a refusal) went out: a disconnect is no cancel
         self.wake_guard: Callable[[], None] = _nothing  # a deadline may have moved closer
+        self.scrub = scrub  # hides upstream keys in what goes to the client (None: no keys)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -114,6 +114,7 @@ class EdgeLog:
         started_at: float,
         keep_text: bool,
         meta: dict[str, Any],
+        redact: Callable[[str], str] = str,
     ) -> Timeline:
         kinds = np.frombuffer(self.kinds, dtype=np.uint8).copy()
         text_bytes = np.frombuffer(self._text_bytes, dtype=np.int32).copy()
@@ -130,7 +131,7 @@ class EdgeLog:
             wire_bytes=np.frombuffer(self._wire, dtype=np.int32).copy(),
             text_bytes=text_bytes,
             kinds=kinds,
-            texts=list(self.texts) if keep_text else None,
+            texts=[redact(text) for text in self.texts] if keep_text else None,
             header_ns=self.header_ns,
             first_byte_ns=self.first_byte_ns,
             end_ns=end_ns,
@@ -202,7 +203,9 @@ class StreamRecord:
         """A clock reading as a timeline offset (from the request's receipt)."""
         return now - self.received_ns
 
-    def timelines(self, end: Nanos, *, keep_text: bool) -> tuple[Timeline, Timeline]:
+    def timelines(
+        self, end: Nanos, *, keep_text: bool, redact: Callable[[str], str] = str
+    ) -> tuple[Timeline, Timeline]:
         """(upstream, downstream) timelines, built once the stream is over."""
         meta = {"attempts": self.attempts, "failovers": self.failovers, **self.meta}
         # A fallback's usage counts only its own part: trust usage with one attempt only.
@@ -216,6 +219,7 @@ class StreamRecord:
             "labels": self.labels,
             "started_at": self.started_at,
             "keep_text": keep_text,
+            "redact": redact,
             "meta": meta,
         }
         up = self.upstream.timeline(self.request_id, Where.GATEWAY_UPSTREAM, **common)

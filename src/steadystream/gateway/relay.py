@@ -74,7 +74,13 @@ class StreamRelay(Relay):
         buffer: StreamBuffer[Out] = StreamBuffer(
             max_bytes=limits.buffer_bytes, max_events=limits.buffer_events
         )
-        self.ctx = StreamContext(self.clock, record, buffer, StuckClient(limits.stuck_timeout))
+        self.ctx = StreamContext(
+            self.clock,
+            record,
+            buffer,
+            StuckClient(limits.stuck_timeout),
+            scrub=state.pool.byte_scrubber(),
+        )
         self.current: Attempt | None = None
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known

@@ -66,7 +66,9 @@ class GatewayState:
 
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""
-        up, down = record.timelines(end_ns, keep_text=self.config.recording.keep_text)
+        up, down = record.timelines(
+            end_ns, keep_text=self.config.recording.keep_text, redact=self.pool.redact
+        )
         labels = labels_of(record, self.model_labels)
         duration = (end_ns - record.received_ns) / 1e9
         self.metrics.observe_stream(labels, (up, down), duration_s=duration)

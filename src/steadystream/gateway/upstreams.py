@@ -198,6 +198,25 @@ class UpstreamPool:
                 text = text.replace(key, "***")
         return text
 
+    def byte_scrubber(self) -> Callable[[bytes], bytes] | None:
+        """Replaces every upstream key in bytes bound for a client (None: no keys to hide).
+
+        One substring search per key and send: an answer that quotes an upstream's key
+        (a provider echoing its ``Authorization``) never reaches the client with it. A key
+        cut across two events is beyond it; an upstream that echoes sends it whole.
+        """
+        keys = [key.encode() for key in self._keys.values()]
+        if not keys:
+            return None
+
+        def scrub(data: bytes) -> bytes:
+            for key in keys:
+                if key in data:
+                    data = data.replace(key, b"***")
+            return data
+
+        return scrub
+
     def _headers(
         self, upstream: UpstreamConfig, request_id: str, client_headers: Mapping[str, str]
     ) -> dict[str, str]:

@@ -91,6 +91,9 @@ class WholeRelay(Relay):
         self, send: Send, status: int, body: bytes, content_type: str, arrived: int
     ) -> None:
         record = self.record
+        scrub = self.state.pool.byte_scrubber()
+        if scrub is not None:  # an answer that quotes an upstream's key does not pass it on
+            body = scrub(body)
         headers = [
             (b"content-type", content_type.encode()),
             (b"content-length", str(len(body)).encode()),

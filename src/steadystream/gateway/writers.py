@@ -72,7 +72,17 @@ class RawOutlet:
     stream at once). ``busy`` keeps the two from sending at the same time.
     """
 
-    __slots__ = ("_clock", "_ctx", "_log", "_received", "_send", "_stuck", "busy", "transport")
+    __slots__ = (
+        "_clock",
+        "_ctx",
+        "_log",
+        "_received",
+        "_scrub",
+        "_send",
+        "_stuck",
+        "busy",
+        "transport",
+    )
 
     def __init__(
         self, ctx: StreamContext, send: Send, transport: asyncio.WriteTransport | None
@@ -84,6 +94,7 @@ class RawOutlet:
         self._stuck = ctx.stuck
         self._log = ctx.record.downstream
         self._received = ctx.record.received_ns
+        self._scrub = ctx.scrub
         self.busy = False
 
     @property
@@ -98,7 +109,8 @@ class RawOutlet:
         self.busy = True
         try:
             self._stuck.sending(clock.now_ns())
-            await self._send({"type": "http.response.body", "body": out.data, "more_body": True})
+            body = out.data if self._scrub is None else self._scrub(out.data)
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
             now = clock.now_ns()
         finally:
             self.busy = False
@@ -136,6 +148,7 @@ async def write_paced(
     stuck = ctx.stuck
     log = ctx.record.downstream
     received = ctx.record.received_ns
+    scrub = ctx.scrub
     chunks = ChunkFormat(chat=chat)
     held: deque[Piece] = deque()  # pieces the pacer passes through, in their order
     events = _events(ctx, chunks, held)
@@ -151,7 +164,8 @@ async def write_paced(
             if not piece.raw:
                 continue
         stuck.sending(clock.now_ns())
-        await send({"type": "http.response.body", "body": piece.raw, "more_body": True})
+        body = piece.raw if scrub is None else scrub(piece.raw)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
         t = clock.now_ns() - received
         stuck.sent()
         if log.first_byte_ns is None:
@@ -167,6 +181,7 @@ async def _events(
     """The buffer's pieces as events for the pacer: text is paced, the rest passes through."""
     buffer = ctx.buffer
     clock = ctx.clock
+    scrub = ctx.scrub
     last_usage = 0
     while (out := await buffer.get()) is not None:
         now = clock.now_ns()
@@ -178,7 +193,11 @@ async def _events(
                     last_usage = piece.usage
                 else:
                     tokens = estimate_tokens(piece.text)
-                yield Event(now, piece.text, tokens, kind, piece.wire)
+                text = piece.text
+                if scrub is not None:
+                    # A pacer may cut the text anywhere: hide a key before it can be cut.
+                    text = scrub(text.encode()).decode()
+                yield Event(now, text, tokens, kind, piece.wire)
                 if piece.finish is None and piece.usage < 0:
                     continue
                 # The finish reason (or usage) of the chunk goes out after its paced text.
