@@ -6,12 +6,13 @@ the report points each at its chart. Each rule is documented in docs/report.md#f
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._types import Where
+from steadystream._types import TokenSource, Where
 from steadystream._units import format_duration
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
 from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
@@ -112,13 +113,27 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
     buffering = _proxy_buffering(table)
     if buffering is not None:
         found.insert(0, buffering)
-    estimated = sum(1 for s in table.token_sources if s == "estimated")
+    sources = Counter(table.token_sources)
+    estimated = sources[TokenSource.ESTIMATED.value]
     if estimated:
         found.append(
             Finding(
                 "tokens-estimated",
-                f"token counts of {estimated} streams are estimated from text (no usage reported).",
+                f"token counts of {estimated} streams are estimated from text: their server"
+                " reported no completion token count and they did not stop at max_tokens.",
                 estimated,
+            )
+        )
+    shared = sources[TokenSource.USAGE_SHARED.value]
+    if shared:
+        found.append(
+            Finding(
+                "tokens-in-pieces",
+                f"{shared} streams have more text events than their usage total has tokens:"
+                " something between the model and the client (a pacer, a proxy) cut tokens"
+                " into pieces. The total is kept; each event holds the tokens that begin in it,"
+                " so tokens per chunk is below 1.",
+                shared,
             )
         )
     return found
