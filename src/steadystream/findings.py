@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream._types import TokenSource, Where
-from steadystream._units import format_duration
+from steadystream._units import format_duration, format_share
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
 from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
 
@@ -72,8 +72,8 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
         found.append(
             Finding(
                 "unstable-streams",
-                f"{fleet.unstable_share:.1%} of streams are unstable (p99/p50 gap ratio above"
-                f" {config.jitter_flag:g}).",
+                f"{format_share(fleet.unstable_share)} of streams are unstable (p99/p50 gap"
+                f" ratio above {config.jitter_flag:g}).",
                 unstable,
             )
         )
@@ -85,7 +85,8 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
         found.append(
             Finding(
                 "single-token-chunks",
-                f"{(defined <= 1.0).mean():.0%} of streams send one token per chunk{cost}."
+                f"{format_share(float((defined <= 1.0).mean()), narrow=True)} of streams send one"
+                f" token or less per chunk{cost}."
                 " A re-chunking pacer coalesces them.",
                 int((defined <= 1.0).sum()),
             )
