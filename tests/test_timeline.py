@@ -44,6 +44,57 @@ class TestAssignTokens:
         tokens, _ = assign_tokens(kinds(C, C), np.array([9, 1], np.int32))
         assert tokens.tolist() == [3, 1]
 
+    def test_a_usage_total_below_the_text_events_is_kept_and_shared(self) -> None:
+        # Four pieces of three bytes, two tokens: each token counts where it begins, so the
+        # pieces 2 and 4 are the second halves of tokens 1 and 2 and hold none.
+        tokens, source = assign_tokens(
+            kinds(R, C, C, C, C, U),
+            np.array([0, 3, 3, 3, 3, 0], np.int32),
+            usage_completion_tokens=2,
+        )
+        assert source is TokenSource.USAGE_SHARED
+        assert tokens.tolist() == [0, 1, 0, 1, 0, 0]
+
+    def test_the_demos_paced_stream_keeps_its_80_tokens(self) -> None:
+        # 114 text events for a usage total of 80 (the gateway's pacer cut tokens into pieces).
+        rng = np.random.default_rng(7)
+        sizes = rng.integers(1, 12, size=114).astype(np.int32)
+        tokens, source = assign_tokens(kinds(*[C] * 114), sizes, usage_completion_tokens=80)
+        assert source is TokenSource.USAGE_SHARED
+        assert int(tokens.sum()) == 80
+        assert tokens[0] >= 1  # the first piece of text begins the first token
+        assert set(tokens.tolist()) <= {0, 1, 2}
+        timeline = Timeline(
+            "paced", Where.CLIENT, np.arange(114, dtype=np.int64) * MS, tokens,
+            np.zeros(114, np.int32), sizes, kinds(*[C] * 114), token_source=source,
+        )  # fmt: skip
+        assert timeline.text_mask.all()  # a piece with no token of its own is still seen
+        assert timeline.total_tokens == 80
+
+    def test_a_stream_cut_at_max_tokens_has_exactly_max_tokens(self) -> None:
+        one_each = np.full(64, 2, np.int32)
+        tokens, source = assign_tokens(kinds(*[C] * 64), one_each, stopped_at_max_tokens=64)
+        assert source is TokenSource.MAX_TOKENS
+        assert tokens.tolist() == [1] * 64
+        # Fewer, longer chunks: the 64 are spread as a usage total is.
+        tokens, source = assign_tokens(
+            kinds(C, C), np.array([10, 30], np.int32), stopped_at_max_tokens=64
+        )
+        assert (source, int(tokens.sum())) == (TokenSource.MAX_TOKENS, 64)
+        # A usage total, when there is one, wins.
+        _, source = assign_tokens(
+            kinds(C, C), np.array([10, 30], np.int32),
+            usage_completion_tokens=2, stopped_at_max_tokens=64,
+        )  # fmt: skip
+        assert source is TokenSource.USAGE_ONE_PER_EVENT
+
+    def test_a_zero_total_for_visible_text_is_not_believed(self) -> None:
+        tokens, source = assign_tokens(
+            kinds(C, C), np.array([9, 1], np.int32), usage_completion_tokens=0
+        )
+        assert source is TokenSource.ESTIMATED
+        assert tokens.tolist() == [3, 1]
+
     def test_empty_text_events_carry_no_token(self) -> None:
         tokens, _ = assign_tokens(
             kinds(C, C), np.array([0, 4], np.int32), usage_completion_tokens=1

@@ -94,6 +94,8 @@ class TokenSource(enum.StrEnum):
     EXACT = "exact"  # the provider counted per chunk (usage per chunk, engine timings, lab)
     USAGE_ONE_PER_EVENT = "usage-one-per-event"  # final usage total == content events
     USAGE_PROPORTIONAL = "usage-proportional"  # final usage spread by text length
+    USAGE_SHARED = "usage-shared"  # final usage below the text events: pieces share tokens
+    MAX_TOKENS = "max-tokens"  # no usage, ended for length: the request's max_tokens
     ESTIMATED = "estimated"  # no usage at all: estimated from the text
 
 

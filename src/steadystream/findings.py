@@ -6,13 +6,14 @@ the report points each at its chart. Each rule is documented in docs/report.md#f
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._types import Where
-from steadystream._units import format_duration
+from steadystream._types import TokenSource, Where
+from steadystream._units import format_duration, format_share
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
 from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
 
@@ -71,8 +72,8 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
         found.append(
             Finding(
                 "unstable-streams",
-                f"{fleet.unstable_share:.1%} of streams are unstable (p99/p50 gap ratio above"
-                f" {config.jitter_flag:g}).",
+                f"{format_share(fleet.unstable_share)} of streams are unstable (p99/p50 gap"
+                f" ratio above {config.jitter_flag:g}).",
                 unstable,
             )
         )
@@ -84,7 +85,8 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
         found.append(
             Finding(
                 "single-token-chunks",
-                f"{(defined <= 1.0).mean():.0%} of streams send one token per chunk{cost}."
+                f"{format_share(float((defined <= 1.0).mean()), narrow=True)} of streams send one"
+                f" token or less per chunk{cost}."
                 " A re-chunking pacer coalesces them.",
                 int((defined <= 1.0).sum()),
             )
@@ -112,13 +114,27 @@ def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[
     buffering = _proxy_buffering(table)
     if buffering is not None:
         found.insert(0, buffering)
-    estimated = sum(1 for s in table.token_sources if s == "estimated")
+    sources = Counter(table.token_sources)
+    estimated = sources[TokenSource.ESTIMATED.value]
     if estimated:
         found.append(
             Finding(
                 "tokens-estimated",
-                f"token counts of {estimated} streams are estimated from text (no usage reported).",
+                f"token counts of {estimated} streams are estimated from text: their server"
+                " reported no completion token count and they did not stop at max_tokens.",
                 estimated,
+            )
+        )
+    shared = sources[TokenSource.USAGE_SHARED.value]
+    if shared:
+        found.append(
+            Finding(
+                "tokens-in-pieces",
+                f"{shared} streams have more text events than their usage total has tokens:"
+                " something between the model and the client (a pacer, a proxy) cut tokens"
+                " into pieces. The total is kept; each event holds the tokens that begin in it,"
+                " so tokens per chunk is below 1.",
+                shared,
             )
         )
     return found

@@ -35,6 +35,7 @@ __all__ = [
     "Timeline",
     "assign_tokens",
     "estimate_tokens",
+    "is_text_event",
 ]
 
 SCHEMA = "steadystream.timeline/1"
@@ -182,8 +183,12 @@ class Timeline:
 
     @property
     def text_mask(self) -> npt.NDArray[np.bool_]:
-        """True for events that carry text the user sees (content, reasoning, tool call)."""
-        return np.isin(self.kinds, _TEXT_KIND_VALUES) & (self.tokens > 0)
+        """True for events that carry text the user sees (content, reasoning, tool call).
+
+        An event with text and no token of its own is a piece of a token another event
+        counts (docs/format.md#token-counts): the user saw it, so it is a text event.
+        """
+        return is_text_event(self.kinds, self.tokens, self.text_bytes)
 
     @property
     def total_tokens(self) -> int:
@@ -231,43 +236,69 @@ def estimate_tokens(text: str) -> int:
     return max(len(text.split()), math.ceil(len(text) / 4), 1)
 
 
+def is_text_event(
+    kinds: npt.NDArray[np.uint8], tokens: npt.ArrayLike, text_bytes: npt.ArrayLike
+) -> npt.NDArray[np.bool_]:
+    """The text events among parallel event arrays: a text kind with a token or with text."""
+    carries = (np.asarray(tokens) > 0) | (np.asarray(text_bytes) > 0)
+    return np.isin(kinds, _TEXT_KIND_VALUES) & carries
+
+
 def assign_tokens(
     kinds: npt.NDArray[np.uint8],
     text_bytes: npt.NDArray[np.int32],
     *,
     texts: Sequence[str] | None = None,
     usage_completion_tokens: int | None = None,
+    stopped_at_max_tokens: int | None = None,
 ) -> tuple[npt.NDArray[np.int32], TokenSource]:
-    """Token counts per event from what the provider told us (DESIGN: token counts).
+    """Token counts per event from what the provider told us (docs/format.md#token-counts).
 
-    - the final usage total equals the number of text events: one token per event;
-    - a usage total otherwise: spread over the text events in proportion to their text,
-      by largest remainder so the counts add up to the total exactly;
-    - no usage: an estimate from the text (or four bytes a token when texts are not kept).
+    The total is the final usage's ``completion_tokens``; with no usage, a stream that ended
+    for length (``finish_reason: "length"``) carried exactly the request's ``max_tokens``,
+    passed as ``stopped_at_max_tokens``. A total is always kept, and spread over the text
+    events by their text:
 
-    Every text event gets at least one token, so a chunk the user saw is never a zero.
+    - as many tokens as text events: one each;
+    - more: each event one, and the rest in proportion to the text, by largest remainder;
+    - fewer (a pacer or proxy cut tokens into pieces): each event holds the tokens that
+      begin in it, the total laid over the text in order (``ceil(total * bytes before the
+      event's end / all bytes)``, less the same before its start). Pieces of one token share
+      it: the first piece counts it, the others hold none, and the first event holds one.
+
+    With no total at all, the counts are estimated from the text (or four bytes a token when
+    texts are not kept), at least one per text event. The rule that applied is returned.
     """
     text_events = np.isin(kinds, _TEXT_KIND_VALUES) & (text_bytes > 0)
     tokens = np.zeros(len(kinds), dtype=np.int32)
     count = int(text_events.sum())
+    total, source = usage_completion_tokens, None
+    if total is None and stopped_at_max_tokens is not None:
+        total, source = stopped_at_max_tokens, TokenSource.MAX_TOKENS
     if count == 0:
-        return tokens, TokenSource.EXACT if usage_completion_tokens is None else (
-            TokenSource.USAGE_ONE_PER_EVENT
+        return tokens, TokenSource.EXACT if total is None else (
+            source or TokenSource.USAGE_ONE_PER_EVENT
         )
-    if usage_completion_tokens is not None and usage_completion_tokens == count:
-        tokens[text_events] = 1
-        return tokens, TokenSource.USAGE_ONE_PER_EVENT
-    if usage_completion_tokens is not None and usage_completion_tokens > count:
-        weights = text_bytes[text_events].astype(np.float64)
-        extra = usage_completion_tokens - count  # each event already holds one token
-        share = weights / weights.sum() * extra
-        floor = np.floor(share).astype(np.int32)
-        remainder = extra - int(floor.sum())
-        if remainder:
-            order = np.argsort(-(share - floor), kind="stable")[:remainder]
-            floor[order] += 1
-        tokens[text_events] = 1 + floor
-        return tokens, TokenSource.USAGE_PROPORTIONAL
+    # A total under one token for visible text says nothing usable: estimate instead.
+    if total is not None and total >= 1:
+        weights = text_bytes[text_events].astype(np.int64)
+        if total == count:
+            tokens[text_events] = 1
+            return tokens, source or TokenSource.USAGE_ONE_PER_EVENT
+        if total > count:
+            share = weights / weights.sum() * (total - count)  # each event already holds one
+            floor = np.floor(share).astype(np.int32)
+            remainder = total - count - int(floor.sum())
+            if remainder:
+                order = np.argsort(-(share - floor), kind="stable")[:remainder]
+                floor[order] += 1
+            tokens[text_events] = 1 + floor
+            return tokens, source or TokenSource.USAGE_PROPORTIONAL
+        # Integer arithmetic: ceil(total * end / all), exact for any stream length.
+        ends = np.cumsum(weights)
+        begun = -((-total * ends) // int(ends[-1]))
+        tokens[text_events] = np.diff(begun, prepend=0).astype(np.int32)
+        return tokens, source or TokenSource.USAGE_SHARED
     if texts is not None:
         idx = np.flatnonzero(text_events)
         tokens[idx] = [max(1, estimate_tokens(texts[int(i)])) for i in idx]

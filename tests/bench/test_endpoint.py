@@ -33,6 +33,17 @@ def test_completions_body_flattens_the_prompt() -> None:
     assert body["ignore_eos"] is True
 
 
+def test_max_tokens_is_what_the_body_asks_for() -> None:
+    assert Endpoint("http://h:1/v1", "m").max_tokens(SPEC) == 32
+    override = Endpoint("http://h:1/v1", "m", extra_body={"max_completion_tokens": 7})
+    assert override.max_tokens(SPEC) == 7  # --extra-body has the last word, as in the body
+    assert orjson.loads(override.body(SPEC, 0))["max_completion_tokens"] == 7
+    nonsense = Endpoint("http://h:1/v1", "m", extra_body={"max_tokens": "lots"})
+    assert nonsense.max_tokens(SPEC) is None  # nothing to count by
+    unlimited = RequestSpec(0, SPEC.messages, None, 2)
+    assert Endpoint("http://h:1/v1", "m").max_tokens(unlimited) is None
+
+
 def test_usage_mode_sets_the_first_level() -> None:
     assert Endpoint("http://h/v1", "m").first_usage_level == 2
     assert Endpoint("http://h/v1", "m", usage="on").first_usage_level == 1

@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import abc, web
 
-from steadystream import Outcome
+from steadystream import Outcome, TokenSource
 from steadystream._processes import free_port
 from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, RunResult, Workload
 from steadystream.bench.workload import builtin_prompts
@@ -57,6 +57,14 @@ async def picky(request: web.Request) -> web.StreamResponse:
     return await sse(request, chunk("a"), chunk("b"), usage, DONE)
 
 
+async def no_usage_until_length(request: web.Request) -> web.StreamResponse:
+    # llama-cpp-python: one token a chunk, no usage whatever is asked, cut at max_tokens.
+    body = await request.json()
+    tokens = [chunk(" lighthouses") for _ in range(body["max_tokens"])]
+    finish = encode_chunk(chat_chunk("c", "m", 1, content="", finish_reason="length"))
+    return await sse(request, *tokens, finish, DONE)
+
+
 @pytest_asyncio.fixture
 async def odd_server() -> AsyncIterator[str]:
     """A loopback server whose streams go wrong in the ways real ones do."""
@@ -66,6 +74,7 @@ async def odd_server() -> AsyncIterator[str]:
         ("nodone", no_done),
         ("json", json_body),
         ("picky", picky),
+        ("llama", no_usage_until_length),
     ):
         app.router.add_post(f"/{name}/v1/chat/completions", handler)
     runner = web.AppRunner(app)
@@ -171,6 +180,16 @@ async def test_usage_options_step_down_when_refused(odd_server: str) -> None:
     assert timeline.usage == {"completion_tokens": 2, "prompt_tokens": 3}
     assert len(result.notes) == 1
     assert "refused usage level 'continuous'" in result.notes[0]
+
+
+@pytest.mark.asyncio
+async def test_a_stream_cut_at_max_tokens_without_usage_counts_max_tokens(odd_server: str) -> None:
+    (timeline,) = (await one(f"{odd_server}/llama/v1")).timelines
+    assert timeline.outcome is Outcome.COMPLETE
+    assert timeline.usage is None
+    assert timeline.token_source is TokenSource.MAX_TOKENS
+    assert timeline.total_tokens == 8  # the Workload's max_tokens, not ~3 a chunk from the text
+    assert timeline.meta["max_tokens"] == 8
 
 
 @pytest.mark.asyncio

@@ -119,10 +119,15 @@ def test_bench_records_real_streams(llama: Child) -> None:
         kinds = [EventKind(int(k)) for k in timeline.kinds]
         assert EventKind.ROLE not in kinds
         assert kinds[-1] is EventKind.EMPTY  # the finish chunk
-        # No usage from this server, whatever was asked: counts come from the text.
-        assert timeline.token_source is TokenSource.ESTIMATED
+        # No usage from this server, whatever was asked: a stream cut at max_tokens made
+        # exactly that many (one a chunk); one that stopped on its own is estimated.
         assert timeline.meta["usage_requested"] == "continuous"
         metrics = stream_metrics(timeline)
+        if timeline.token_source is TokenSource.MAX_TOKENS:
+            assert metrics.output_tokens == 24
+            assert metrics.chunks == 24
+        else:
+            assert timeline.token_source is TokenSource.ESTIMATED
         assert 1 <= metrics.chunks <= 24
         assert metrics.ttft_s is not None
         assert 0 < metrics.ttft_s < 5

@@ -23,9 +23,9 @@ PING = (DATA / "llama-ping.sse").read_bytes()
 C, R, N, K = EventKind.CONTENT, EventKind.ROLE, EventKind.EMPTY, EventKind.KEEPALIVE
 
 
-def record(body: bytes, *, split: int | None = None) -> Timeline:
+def record(body: bytes, *, split: int | None = None, max_tokens: int | None = None) -> Timeline:
     """One read per ``split`` bytes (all at once by default), 1 ms apart."""
-    recorder = StreamRecorder("llama", "client", keep_text=True)
+    recorder = StreamRecorder("llama", "client", keep_text=True, max_tokens=max_tokens)
     step = split or len(body)
     reads = [body[i : i + step] for i in range(0, len(body), step)]
     for i, data in enumerate(reads):
@@ -49,6 +49,16 @@ def test_a_completion_stream_however_it_is_cut(split: int | None) -> None:
     assert timeline.usage is None
     assert timeline.token_source is TokenSource.ESTIMATED
     assert stream_metrics(timeline).chunks == 6
+
+
+def test_a_capture_cut_at_max_tokens_counts_exactly_max_tokens() -> None:
+    # The capture asked for max_tokens 6 and stopped for length: six tokens, one a chunk,
+    # where the estimate from its text says otherwise.
+    assert record(COMPLETIONS).total_tokens != 6
+    timeline = record(COMPLETIONS, max_tokens=6)
+    assert timeline.token_source is TokenSource.MAX_TOKENS
+    assert timeline.tokens[timeline.text_mask].tolist() == [1] * 6
+    assert stream_metrics(timeline).tokens_per_chunk == 1.0
 
 
 def test_done_without_its_final_newlines_still_ends_the_stream() -> None:

@@ -342,3 +342,36 @@ def test_no_usage_at_all_is_estimated_from_the_text() -> None:
     timeline = timeline_from_sse(one_read_each(body), stream_id="s")
     assert timeline.token_source is TokenSource.ESTIMATED
     assert timeline.tokens.tolist() == [0, 3, 4, 0]
+
+
+def completion_body(pieces: list[str], finish: str) -> bytes:
+    """A llama.cpp-style completions stream: one chunk per token, no usage, then the finish."""
+    out = [encode_chunk(completion_chunk("c1", "m", 1, text=piece)) for piece in pieces]
+    out.append(encode_chunk(completion_chunk("c1", "m", 1, text="", finish_reason=finish)))
+    return b"".join(out) + DONE
+
+
+def test_a_stream_that_stops_for_length_without_usage_made_max_tokens() -> None:
+    # llama-cpp-python, --max-tokens 64: 64 one-token chunks, no usage. Estimating gave
+    # about 1.5 tokens a chunk; the request's limit says exactly one each.
+    pieces = [" lighthouse", "s", " guide", " ships", " at", " night"] * 10 + [" and"] * 4
+    body = completion_body(pieces, "length")
+    timeline = timeline_from_sse(one_read_each(body), stream_id="s", max_tokens=64)
+    assert timeline.token_source is TokenSource.MAX_TOKENS
+    assert timeline.total_tokens == 64
+    assert timeline.tokens[timeline.text_mask].tolist() == [1] * 64
+    # Stopped on its own, or with no limit known: the text is all there is to go by.
+    stopped = timeline_from_sse(
+        one_read_each(completion_body(pieces, "stop")), stream_id="s", max_tokens=64
+    )
+    assert stopped.token_source is TokenSource.ESTIMATED
+    unknown = timeline_from_sse(one_read_each(body), stream_id="s")
+    assert unknown.token_source is TokenSource.ESTIMATED
+
+
+def test_pieces_of_tokens_keep_the_usage_total() -> None:
+    body = chat_body(["Hel", "lo", " wor", "ld", "!"], usage_total=3)
+    timeline = timeline_from_sse(one_read_each(body), stream_id="s")
+    assert timeline.token_source is TokenSource.USAGE_SHARED
+    assert timeline.total_tokens == 3
+    assert int(timeline.text_mask.sum()) == 5  # every piece the user saw is a text event

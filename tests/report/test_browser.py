@@ -23,6 +23,28 @@ _DRAWN = (
     ".filter(function (el) { return el.querySelector('svg.main-svg') !== null; })"
     ".map(function (el) { return el.id; })"
 )
+# Plotly's toolbar must not cover a chart's titles, legend or colour bar: the boxes it meets.
+_TOOLBAR_OVERLAPS = (
+    "(function () {"
+    " function box(el) { var r = el.getBoundingClientRect();"
+    "  return [r.left, r.top, r.right, r.bottom]; }"
+    " function meet(a, b) { return a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3]; }"
+    " var out = [];"
+    " document.querySelectorAll('.js-plotly-plot').forEach(function (plot) {"
+    "  var bar = plot.querySelector('.modebar'); if (!bar) { return; }"
+    "  var m = box(bar);"
+    "  plot.querySelectorAll('.annotation, .g-gtitle, .legend, .colorbar').forEach(function (el) {"
+    "   var b = box(el);"
+    "   if (b[2] > b[0] && meet(m, b)) { out.push(plot.id + ': ' + el.textContent.slice(0, 40)); }"
+    "  });"
+    " });"
+    " return out; })()"
+)
+_RELAYOUT = (
+    "Promise.all(Array.from(document.querySelectorAll('.js-plotly-plot'))"
+    ".map(function (el) { return Plotly.Plots.resize(el); }))"
+    ".then(function () { return true; })"
+)
 _BOX = (
     "(function () { var r = document.getElementById('stall-map').getBoundingClientRect();"
     " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()"
@@ -42,8 +64,14 @@ def _visit(path: Path, chromium: str) -> dict[str, Any]:
                 captureBeyondViewport=True,
                 clip={"x": left, "y": top, "width": width, "height": height, "scale": 0.5},
             )
+            overlaps = await page.evaluate(_TOOLBAR_OVERLAPS)
+            await page.resize(700, 900)  # a narrow window wraps the legends
+            await page.evaluate(_RELAYOUT)
+            overlaps += await page.evaluate(_TOOLBAR_OVERLAPS)
             return {
                 "errors": page.console_errors,
+                "warnings": page.console_warnings,
+                "overlaps": overlaps,
                 "requests": page.requests,
                 "drawn": drawn,
                 "safe": pwned,
@@ -66,6 +94,8 @@ def test_chromium_draws_the_report_from_disk(
     seen = _visit(path, chromium)
 
     assert seen["errors"] == []
+    assert seen["warnings"] == []  # plotly.js once warned of an invalid colour per stall bar
+    assert seen["overlaps"] == []  # the toolbar covered the chunks chart's right-hand title
     assert seen["requests"] == []  # nothing asked of any network
     assert seen["drawn"] == [f"plot-{chart_id}" for chart_id in CHART_IDS]
     assert seen["safe"], "a stream id ran as script"

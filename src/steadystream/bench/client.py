@@ -157,7 +157,7 @@ class StreamClient:
         endpoint, clock = self.endpoint, self.clock
         body = endpoint.body(spec, level)
         headers = endpoint.request_headers(request_id)
-        state = _State(self, request_id, cancel)
+        state = _State(self, request_id, cancel, endpoint.max_tokens(spec))
         try:
             async with self.session.post(
                 endpoint.url, data=body, headers=headers, trace_request_ctx=state
@@ -242,6 +242,7 @@ class _State:
         "cancel",
         "chunks",
         "client",
+        "max_tokens",
         "reads",
         "recorder",
         "request_id",
@@ -251,10 +252,17 @@ class _State:
         "wire_ns",
     )
 
-    def __init__(self, client: StreamClient, request_id: str, cancel: CancelPoint | None) -> None:
+    def __init__(
+        self,
+        client: StreamClient,
+        request_id: str,
+        cancel: CancelPoint | None,
+        max_tokens: int | None,
+    ) -> None:
         self.client = client
         self.request_id = request_id
         self.cancel = cancel
+        self.max_tokens = max_tokens  # as sent: the token count of a stream cut for length
         self.started_at = time.time()
         self.begin_ns = client.clock.now_ns()
         self.wire_ns: int | None = None
@@ -282,6 +290,7 @@ class _State:
                 labels=client.labels,
                 started_at=self.started_at,
                 sent_ns=self.sent_ns,
+                max_tokens=self.max_tokens,
             )
         return self.recorder
 

@@ -111,6 +111,19 @@ class Endpoint:
     def first_usage_level(self) -> int:
         return len(USAGE_LEVELS) - 1 if self.usage == "auto" else USAGE_LEVELS.index(self.usage)
 
+    def max_tokens(self, spec: RequestSpec) -> int | None:
+        """The token limit the request's body sets (``--extra-body`` has the last word).
+
+        A stream that stops for length without reporting usage made exactly this many.
+        """
+        limit: object = spec.max_tokens
+        for name in ("max_tokens", "max_completion_tokens"):
+            if name in self.extra_body:
+                limit = self.extra_body[name]
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            return None
+        return limit
+
     def body(self, spec: RequestSpec, usage_level: int) -> bytes:
         """The JSON body of one streamed request."""
         payload: dict[str, Any] = {"model": self.model, "stream": True}

@@ -40,8 +40,17 @@ _SOURCE_WORDS = {
         "from the final usage total, spread over chunks in proportion to their text "
         "(the server sent several tokens in some chunks)"
     ),
+    TokenSource.USAGE_SHARED.value: (
+        "from the final usage total, which was below the chunk count (a pacer or proxy cut "
+        "tokens into pieces): each chunk holds the tokens that begin in it, pieces share one"
+    ),
+    TokenSource.MAX_TOKENS.value: (
+        "the request's max_tokens: no usage, but the stream stopped for length, so it made "
+        "exactly that many"
+    ),
     TokenSource.ESTIMATED.value: (
-        "estimated from the text (about 4 characters a token): the server sent no usage"
+        "estimated from the text (about 4 characters a token): the server reported no "
+        "completion token count"
     ),
 }
 

@@ -6,7 +6,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from steadystream._units import format_duration, format_seconds
+from steadystream._units import format_duration, format_seconds, format_share
 from steadystream.bench.summary import Summary
 from steadystream.metrics import FLEET_CATALOGUE
 
@@ -79,11 +79,10 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         ):
             worst.add_column(column, justify="left" if column in ("stream", "outcome") else "right")
         for m in summary.worst:
-            at = (
-                "—"
-                if m.longest_stall_token is None
-                else (f"{m.longest_stall_token} ({m.longest_stall_fraction or 0:.0%})")
-            )
+            at = "—"
+            if m.longest_stall_token is not None:
+                share = format_share(m.longest_stall_fraction, narrow=True)
+                at = f"{m.longest_stall_token} ({share})"
             worst.add_row(
                 m.stream_id,
                 format_seconds(m.max_gap_s),

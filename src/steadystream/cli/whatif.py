@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._options import StallThreshold, TtftTarget, duration_ns, exit_on_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,10 +36,8 @@ def whatif(
         str | None,
         typer.Option(help="Only a pacer whose added TTFT p99 stays within this can be best."),
     ] = None,
-    stall_threshold: Annotated[
-        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
-    ] = "400ms",
-    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+    stall_threshold: StallThreshold = "400ms",
+    ttft_target: TtftTarget = "800ms",
     output: Annotated[
         Path | None,
         typer.Option(

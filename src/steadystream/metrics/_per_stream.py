@@ -310,11 +310,13 @@ class _TextEvents:
         event_counts = np.fromiter((len(t) for t in timelines), np.int64, len(timelines))
         kinds = np.concatenate([t.kinds for t in timelines])
         tokens = np.concatenate([t.tokens for t in timelines]).astype(np.int64)
-        mask = _IS_TEXT_KIND[kinds] & (tokens > 0)
+        text_bytes = np.concatenate([t.text_bytes for t in timelines])
+        # Timeline.text_mask's rule: a piece of a token (text, no token of its own) counts.
+        mask = _IS_TEXT_KIND[kinds] & ((tokens > 0) | (text_bytes > 0))
         return cls(
             times=np.concatenate([t.times for t in timelines])[mask],
             tokens=tokens[mask],
-            text_bytes=np.concatenate([t.text_bytes for t in timelines])[mask].astype(np.int64),
+            text_bytes=text_bytes[mask].astype(np.int64),
             counts=segment_sum(mask, event_counts).astype(np.int64),
             wire_bytes=segment_sum(np.concatenate([t.wire_bytes for t in timelines]), event_counts),
         )

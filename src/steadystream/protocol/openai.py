@@ -30,8 +30,11 @@ How a stream ends:
 
 Token counts: when chunks carry their own running usage (vLLM's continuous usage stats),
 each event gets the growth of ``completion_tokens`` since the previous one (EXACT);
-otherwise :func:`steadystream.timeline.assign_tokens` applies the rules of DESIGN.md to the
-final usage total, or estimates from the text when there is none.
+otherwise :func:`steadystream.timeline.assign_tokens` spreads the final usage total over the
+text events (pieces of one token sharing it when there are more events than tokens). With no
+usage, a stream that ended with ``finish_reason: "length"`` carried exactly the request's
+``max_tokens``, when the recorder was told it (``max_tokens=``); otherwise the counts are
+estimated from the text. ``Timeline.token_source`` says which rule applied.
 """
 
 from __future__ import annotations
@@ -79,7 +82,9 @@ class StreamRecorder:
 
     Times passed in are on the caller's monotonic clock; ``sent_ns`` is when the request was
     sent on that clock and is subtracted, so the timeline holds offsets from request sent
-    (pass offsets and leave it 0 if you already have them).
+    (pass offsets and leave it 0 if you already have them). ``max_tokens`` is the request's,
+    when known: with no usage, a stream that ends for length is counted as exactly that many
+    tokens (``token_source`` ``max-tokens``) instead of an estimate from its text.
     """
 
     __slots__ = (
@@ -96,6 +101,7 @@ class StreamRecorder:
         "_kinds",
         "_labels",
         "_last_read_ns",
+        "_max_tokens",
         "_sent_ns",
         "_started_at",
         "_stream_id",
@@ -117,8 +123,11 @@ class StreamRecorder:
         labels: Mapping[str, str] | None = None,
         started_at: float | None = None,
         sent_ns: Nanos = 0,
+        max_tokens: int | None = None,
     ) -> None:
         self._stream_id = stream_id
+        # The request's max_tokens: a stream that stops for length without usage made them.
+        self._max_tokens = max_tokens
         self._where = Where(where)
         self._keep_text = keep_text
         self._labels = dict(labels or {})
@@ -290,7 +299,14 @@ class StreamRecorder:
             if (tokens >= 0).all() and (tokens[text_events] >= 1).all():
                 return tokens, TokenSource.EXACT
         total = self._usage.get("completion_tokens") if self._usage is not None else None
-        return assign_tokens(kinds, text_bytes, texts=self._texts, usage_completion_tokens=total)
+        at_limit = self._max_tokens if self._finish_reason == "length" else None
+        return assign_tokens(
+            kinds,
+            text_bytes,
+            texts=self._texts,
+            usage_completion_tokens=total,
+            stopped_at_max_tokens=at_limit,
+        )
 
 
 def timeline_from_sse(
@@ -304,11 +320,13 @@ def timeline_from_sse(
     started_at: float | None = None,
     outcome: Outcome | str | None = None,
     sent_ns: Nanos = 0,
+    max_tokens: int | None = None,
 ) -> Timeline:
     """Build a timeline from recorded ``(arrival_ns, bytes)`` reads of an SSE body.
 
     Each event is stamped with the arrival of the read that completed it; the stream ends at
-    the last read (a final ``(t, b"")`` read marks a later end of body).
+    the last read (a final ``(t, b"")`` read marks a later end of body). ``max_tokens`` is
+    the request's, as for :class:`StreamRecorder`.
     """
     recorder = StreamRecorder(
         stream_id,
@@ -317,6 +335,7 @@ def timeline_from_sse(
         labels=labels,
         started_at=started_at,
         sent_ns=sent_ns,
+        max_tokens=max_tokens,
     )
     end = sent_ns
     if header_ns is not None:

@@ -67,6 +67,8 @@ class Page:
     _connection: _Connection
     _session: str
     console_errors: list[str] = field(default_factory=list)
+    # plotly.js logs its warnings with console.trace ("WARN: ..."), not console.warn
+    console_warnings: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)  # URLs the page asked the network for
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
@@ -93,17 +95,22 @@ class Page:
         )
 
     def _on_event(self, method: str, params: dict[str, Any]) -> None:
-        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+        kind = params.get("type")
+        if method == "Runtime.consoleAPICalled" and kind in ("error", "assert", "warning", "trace"):
             args = params.get("args", [])
-            self.console_errors.append(
-                " ".join(str(a.get("value", a.get("description", ""))) for a in args)
-            )
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in args)
+            if kind in ("error", "assert"):
+                self.console_errors.append(text)
+            else:
+                self.console_warnings.append(text)
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
             text = details.get("exception", {}).get("description") or details.get("text", "")
             self.console_errors.append(f"uncaught: {text}")
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             self.console_errors.append(params["entry"].get("text", ""))
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "warning":
+            self.console_warnings.append(params["entry"].get("text", ""))
         elif method == "Network.requestWillBeSent":
             url = params.get("request", {}).get("url", "")
             if not url.startswith(_LOCAL_SCHEMES):

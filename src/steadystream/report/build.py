@@ -44,6 +44,7 @@ FINDING_CHARTS = {
     "envelope-overhead": "chunks",
     "head-burst": "itl-band",
     "tokens-estimated": "run",
+    "tokens-in-pieces": "chunks",
 }
 """The chart where each finding shows; a finding not listed points nowhere."""
 

@@ -25,6 +25,7 @@ __all__ = [
     "cdf_figure",
     "chunks_figure",
     "gap_colorscale",
+    "gap_colours",
     "stall_map_figure",
     "ttft_figure",
     "worst_figure",
@@ -51,6 +52,20 @@ def gap_colorscale() -> list[list[Any]]:
         [0.75, "#d73027"],
         [1.0, "#7f0021"],
     ]
+
+
+def gap_colours(gap_ms: npt.NDArray[np.float32], top: float) -> list[str]:
+    """Each gap's colour on :func:`gap_colorscale` (0 to ``top`` ms), as plotly would pick it.
+
+    Bars get their colours as strings: plotly.js 4 warns once per bar ("Invalid color
+    specifier") when a bar's colour is a number mapped through a colour scale.
+    """
+    stops = gap_colorscale()
+    where = [float(stop) for stop, _ in stops]
+    rgb = np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for _, c in stops], dtype=float)
+    at = np.clip(np.nan_to_num(np.asarray(gap_ms, dtype=np.float64) / top), 0.0, 1.0)
+    channels = np.rint([np.interp(at, where, rgb[:, k]) for k in range(3)]).astype(np.int64)
+    return [f"#{r:02x}{g:02x}{b:02x}" for r, g, b in channels.T.tolist()]
 
 
 def _ms(values_s: npt.ArrayLike) -> npt.NDArray[np.float32]:
@@ -261,16 +276,27 @@ def _map_bars(
             base=bars.start_s.astype(np.float32),
             orientation="h",
             name="gaps",
+            marker={"color": gap_colours(gap_ms, top), "line": {"width": 0}},
+            customdata=custom,
+            hovertemplate=hover + "<extra></extra>",
+        )
+    )
+    # The bars' colours are strings, so the colour bar comes from a trace that draws nothing.
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
             marker={
-                "color": np.minimum(gap_ms, top),
+                "color": [0.0],
                 "colorscale": gap_colorscale(),
                 "cmin": 0,
                 "cmax": top,
                 "colorbar": colorbar,
-                "line": {"width": 0},
+                "showscale": True,
             },
-            customdata=custom,
-            hovertemplate=hover + "<extra></extra>",
+            hoverinfo="skip",
+            showlegend=False,
         )
     )
     fig.update_layout(barmode="overlay", bargap=0.2, showlegend=False)

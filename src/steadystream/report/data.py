@@ -100,7 +100,9 @@ def _gaps_with_positions(timelines: Sequence[Timeline]) -> tuple[IntArray, IntAr
     event_counts = np.fromiter((len(t) for t in timelines), np.int64, len(timelines))
     kinds = np.concatenate([t.kinds for t in timelines])
     tokens = np.concatenate([t.tokens for t in timelines]).astype(np.int64)
-    text = _IS_TEXT_KIND[kinds] & (tokens > 0)  # the same text events as the metrics use
+    text_bytes = np.concatenate([t.text_bytes for t in timelines])
+    # the same text events as the metrics use (Timeline.text_mask)
+    text = _IS_TEXT_KIND[kinds] & ((tokens > 0) | (text_bytes > 0))
     times = np.concatenate([t.times for t in timelines])[text]
     tokens = tokens[text]
     counts = segment_sum(text, event_counts).astype(np.int64)

@@ -54,6 +54,8 @@ table { border-collapse: collapse; width: 100%; font-size: 14px; }
 th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 footer { color: var(--muted); font-size: 13px; margin-top: 28px; }
+.plot { margin-top: 28px; }
+.plot .modebar-container { top: -28px !important; }
 """
 
 
