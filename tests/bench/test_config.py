@@ -83,6 +83,10 @@ def test_text_is_read_as_on_the_command_line() -> None:
         ({"usage": "some"}, "--usage: got 'some'"),
         ({"lab_truth": "maybe"}, "--lab-truth: got 'maybe'"),
         ({"concurency": 3}, "--concurency: unknown key (accepted: url, model, output"),
+        ({"url": "localhost:8000/v1"}, "URL must be an http(s) API base"),
+        ({"model": ""}, "--model is required"),
+        ({"headers": ["X-Request-Id: 1"]}, "--header: X-Request-Id is set by bench"),
+        ({"request_id_header": "Bad Name"}, "--request-id-header: not a header name"),
     ],
 )
 def test_bad_options_name_the_option(values: dict[str, Any], message: str) -> None:

@@ -38,6 +38,7 @@ from steadystream._exceptions import SpecError
 from steadystream._validation import Duration, describe_errors
 
 if TYPE_CHECKING:
+    from steadystream.bench.endpoint import Endpoint
     from steadystream.bench.sweep import SweepPlan
 
 __all__ = [
@@ -130,14 +131,6 @@ def _gate_rules(texts: tuple[str, ...]) -> tuple[str, ...]:
     return texts
 
 
-def _headers(texts: tuple[str, ...]) -> tuple[str, ...]:
-    from steadystream.bench.endpoint import parse_header
-
-    for text in texts:
-        parse_header(text)
-    return texts
-
-
 def _labels(value: Any) -> Any:
     """``key=value`` texts (as ``--label`` takes them) into a mapping; a mapping as it is."""
     if isinstance(value, Mapping):
@@ -187,7 +180,6 @@ class BenchConfig(BaseModel):
     ] = None
     headers: Annotated[
         _Texts,
-        AfterValidator(_headers),
         Flag("Extra header 'Name: value' (repeatable).", REQUESTS, ("--header", "-H")),
     ] = ()
     request_id_header: Annotated[
@@ -320,9 +312,26 @@ class BenchConfig(BaseModel):
             message = describe_errors(exc, "bench", cls, name=_option_of)
             raise SpecError(message.removeprefix("bench: ")) from None
 
+    def to_endpoint(self, api_key: str | None = None) -> Endpoint:
+        """The endpoint these options describe (the plan adds the key it reads)."""
+        from steadystream.bench.endpoint import Endpoint, headers_from
+
+        id_header = self.request_id_header
+        return Endpoint(
+            self.url,
+            self.model,
+            kind=self.endpoint,
+            api_key=api_key,
+            headers=headers_from(self.headers),
+            usage=self.usage,
+            ignore_eos=self.ignore_eos,
+            request_id_header=None if id_header.lower() == "none" else id_header,
+        )
+
     @model_validator(mode="after")
     def _combinations(self) -> BenchConfig:
-        """Options that exclude or need each other (docs/bench.md)."""
+        """Options that exclude or need each other (docs/bench.md), and the endpoint's."""
+        self.to_endpoint()  # the URL, the headers and the request-id header
         if self.input_tokens is not None and self.prompts is not None:
             raise SpecError("--prompts and --input-tokens cannot be combined: pick one source")
         if (self.cancel > 0) != (self.cancel_after is not None):
