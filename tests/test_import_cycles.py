@@ -19,22 +19,6 @@ SRC = Path(__file__).parents[1] / "src"
 # Cycles that other work in progress removes; each must still exist (so the list only
 # shrinks), and no other cycle may appear.
 _KNOWN: dict[frozenset[str], str] = {
-    frozenset({"steadystream.protocol.openai", "steadystream.timeline"}): "issue 12 (core)",
-    frozenset({"steadystream._per_stream", "steadystream._quality"}): "issue 12 (core)",
-    frozenset(
-        {
-            "steadystream.shaping._spaced",
-            "steadystream.shaping.adaptive",
-            "steadystream.shaping.base",
-            "steadystream.shaping.flush",
-            "steadystream.shaping.leaky",
-            "steadystream.shaping.passthrough",
-            "steadystream.shaping.phrase",
-            "steadystream.shaping.reading",
-            "steadystream.shaping.rechunk",
-            "steadystream.shaping.spec",
-        }
-    ): "issue 12 (core)",
     frozenset(
         {
             "steadystream.gateway.attempt",
@@ -43,7 +27,6 @@ _KNOWN: dict[frozenset[str], str] = {
             "steadystream.gateway.writers",
         }
     ): "issue 12 (gw)",
-    frozenset({"steadystream.report", "steadystream.report.build"}): "issue 12 (core)",
 }
 
 
