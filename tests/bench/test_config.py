@@ -100,6 +100,13 @@ def test_a_missing_url_is_named() -> None:
         BenchConfig.from_options({"model": "lab"})
 
 
+def test_python_callers_get_the_same_errors() -> None:
+    with pytest.raises(SpecError, match="--concurrency: Input should be greater than or equal"):
+        BenchConfig(url=URL, model="lab", concurrency=0)
+    with pytest.raises(SpecError, match="--cancel FRACTION and --cancel-after"):
+        BenchConfig(url=URL, model="lab", cancel=0.5)
+
+
 def test_the_plan_builds_the_run(tmp_path: Path) -> None:
     plan = plan_bench(config(concurrency=4, output=str(tmp_path / "r.jsonl"), max_tokens=8))
     assert isinstance(plan.schedule, ClosedLoop)

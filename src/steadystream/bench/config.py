@@ -311,14 +311,18 @@ class BenchConfig(BaseModel):
         Field(2 * NS_PER_S, ge=0)
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Check ``values``; anything wrong is one :class:`SpecError` naming the option."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            message = describe_errors(exc, "bench", type(self), name=_option_of)
+            raise SpecError(message.removeprefix("bench: ")) from None
+
     @classmethod
     def from_options(cls, values: Mapping[str, Any]) -> BenchConfig:
-        """Validate ``values``; anything wrong is one :class:`SpecError` naming the option."""
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:
-            message = describe_errors(exc, "bench", cls, name=_option_of)
-            raise SpecError(message.removeprefix("bench: ")) from None
+        """The options in ``values`` (by field name), as the command line passes them."""
+        return cls(**values)
 
     def to_endpoint(self, api_key: str | None = None) -> Endpoint:
         """The endpoint these options describe (the plan adds the key it reads)."""
