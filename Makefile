@@ -65,4 +65,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage
