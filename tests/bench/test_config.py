@@ -170,3 +170,11 @@ def test_every_field_is_an_option_with_its_flag() -> None:
     assert set(shown) == {*BenchConfig.model_fields, "live", "json_output"}
     assert shown["stall_threshold"].default == "400ms"  # nanoseconds shown as typed
     assert shown["timeout"].default == "120s"
+
+
+def test_docs_describe_every_option() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "bench.md").read_text(encoding="utf-8")
+    for name, info in BenchConfig.model_fields.items():
+        flag = next(m for m in info.metadata if isinstance(m, Flag))
+        if not flag.argument:
+            assert f"`{(list(flag.names) or [option_name(name)])[0]}" in docs, name
