@@ -83,6 +83,10 @@ def test_text_is_read_as_on_the_command_line() -> None:
         ({"usage": "some"}, "--usage: got 'some'"),
         ({"lab_truth": "maybe"}, "--lab-truth: got 'maybe'"),
         ({"concurency": 3}, "--concurency: unknown key (accepted: url, model, output"),
+        ({"url": "localhost:8000/v1"}, "URL must be an http(s) API base"),
+        ({"model": ""}, "--model is required"),
+        ({"headers": ["X-Request-Id: 1"]}, "--header: X-Request-Id is set by bench"),
+        ({"request_id_header": "Bad Name"}, "--request-id-header: not a header name"),
     ],
 )
 def test_bad_options_name_the_option(values: dict[str, Any], message: str) -> None:
@@ -94,6 +98,13 @@ def test_bad_options_name_the_option(values: dict[str, Any], message: str) -> No
 def test_a_missing_url_is_named() -> None:
     with pytest.raises(SpecError, match="--url: required"):
         BenchConfig.from_options({"model": "lab"})
+
+
+def test_python_callers_get_the_same_errors() -> None:
+    with pytest.raises(SpecError, match="--concurrency: Input should be greater than or equal"):
+        BenchConfig(url=URL, model="lab", concurrency=0)
+    with pytest.raises(SpecError, match="--cancel FRACTION and --cancel-after"):
+        BenchConfig(url=URL, model="lab", cancel=0.5)
 
 
 def test_the_plan_builds_the_run(tmp_path: Path) -> None:
@@ -159,3 +170,11 @@ def test_every_field_is_an_option_with_its_flag() -> None:
     assert set(shown) == {*BenchConfig.model_fields, "live", "json_output"}
     assert shown["stall_threshold"].default == "400ms"  # nanoseconds shown as typed
     assert shown["timeout"].default == "120s"
+
+
+def test_docs_describe_every_option() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "bench.md").read_text(encoding="utf-8")
+    for name, info in BenchConfig.model_fields.items():
+        flag = next(m for m in info.metadata if isinstance(m, Flag))
+        if not flag.argument:
+            assert f"`{(list(flag.names) or [option_name(name)])[0]}" in docs, name

@@ -161,6 +161,7 @@ def test_gate_json(runs: dict[str, Path]) -> None:
     payload = orjson.loads(result.output)
     assert payload["passed"] is False
     goodput = next(r for r in payload["rows"] if r["metric"] == "goodput")
+    assert list(goodput) == ["metric", "baseline", "current", "change", "limit", "verdict"]
     assert goodput["limit"] == "-50pt"
     assert goodput["verdict"] == "FAIL"
 

@@ -9,7 +9,7 @@ import pytest
 from steadystream import InputError, Outcome, Timeline
 from steadystream.bench import load_run, parse_rules
 from steadystream.bench.cancel import cancellation_stats
-from steadystream.bench.verdict import LoadedRun, judge_runs
+from steadystream.bench.verdict import LoadedRun, judge_runs, load_runs
 from steadystream.files import write_jsonl
 from tests.conftest import make_timeline
 
@@ -50,6 +50,19 @@ def test_load_run_keeps_a_cut_off_file_and_refuses_an_empty_one(tmp_path: Path) 
     empty.write_text("")
     with pytest.raises(InputError, match="no streams in this run"):
         load_run(empty)
+
+
+def test_several_files_read_as_one_run(tmp_path: Path) -> None:
+    first, second, empty = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    write_jsonl(first, steady_run(2))
+    write_jsonl(second, frozen_run(3))
+    with second.open("ab") as file:
+        file.write(b'{"schema": "steadystream.timeline/1"')
+    empty.write_text("")
+    timelines, notes = load_runs([first, second, empty])
+    assert [t.stream_id for t in timelines] == ["s0", "s1", "f0", "f1", "f2"]
+    assert len(notes) == 1
+    assert notes[0].startswith(f"{second}: line 4 was cut off")
 
 
 def test_cancellation_stats_count_only_what_bench_cancelled() -> None:

@@ -9,11 +9,13 @@ option is one field here, and the code that uses it::
 
     engine_metrics: Annotated[bool, Flag("Scrape the engine's /metrics.", OUTPUT)] = False
 
-Values that name things outside the process (the prompts file, the trace, the API key's
-environment variable, the output folder) are read when the run is planned
-(:func:`steadystream.bench.plan.plan_bench`), not here. Values written as text (token
-counts, the cancel point, the sweep, SLOs, gate limits) stay text, checked by the parsers
-the plan uses; this module imports none of the load generator, so ``--help`` stays instant.
+Durations are written as on the command line (``"400ms"``; a bare number is seconds) and
+held as integer nanoseconds. Values that name things outside the process (the prompts file,
+the trace, the API key's environment variable, the output folder) are read when the run is
+planned (:func:`steadystream.bench.plan.plan_bench`), not here. Values written as text
+(token counts, the cancel point, the sweep, SLOs, gate limits) stay text, checked by the
+parsers the plan uses; those are imported only when a value is checked, so that
+``steadystream bench --help`` stays instant.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from steadystream._exceptions import SpecError
 from steadystream._validation import Duration, describe_errors
 
 if TYPE_CHECKING:
+    from steadystream.bench.endpoint import Endpoint
     from steadystream.bench.sweep import SweepPlan
 
 __all__ = [
@@ -123,18 +126,16 @@ def _objectives(texts: tuple[str, ...]) -> tuple[str, ...]:
     return texts
 
 
+def _default_slo() -> tuple[str, ...]:
+    from steadystream.bench.sweep import DEFAULT_SLO
+
+    return DEFAULT_SLO
+
+
 def _gate_rules(texts: tuple[str, ...]) -> tuple[str, ...]:
     from steadystream.bench.gate import parse_rules
 
     parse_rules(texts)
-    return texts
-
-
-def _headers(texts: tuple[str, ...]) -> tuple[str, ...]:
-    from steadystream.bench.endpoint import parse_header
-
-    for text in texts:
-        parse_header(text)
     return texts
 
 
@@ -187,7 +188,6 @@ class BenchConfig(BaseModel):
     ] = None
     headers: Annotated[
         _Texts,
-        AfterValidator(_headers),
         Flag("Extra header 'Name: value' (repeatable).", REQUESTS, ("--header", "-H")),
     ] = ()
     request_id_header: Annotated[
@@ -306,23 +306,44 @@ class BenchConfig(BaseModel):
             "Sweep objective, e.g. goodput>=99% (default: that and ttft_p95<=800ms).",
             GATE_AND_SWEEP,
         ),
-    ] = ("goodput>=99%", "ttft_p95<=800ms")
+    ] = Field(default_factory=_default_slo)
     cooldown: Annotated[Duration, Flag("Pause between sweep loads.", GATE_AND_SWEEP, text=True)] = (
         Field(2 * NS_PER_S, ge=0)
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Check ``values``; anything wrong is one :class:`SpecError` naming the option."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            message = describe_errors(exc, "bench", type(self), name=_option_of)
+            raise SpecError(message.removeprefix("bench: ")) from None
+
     @classmethod
     def from_options(cls, values: Mapping[str, Any]) -> BenchConfig:
-        """Validate ``values``; anything wrong is one :class:`SpecError` naming the option."""
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:
-            message = describe_errors(exc, "bench", cls, name=_option_of)
-            raise SpecError(message.removeprefix("bench: ")) from None
+        """The options in ``values`` (by field name), as the command line passes them."""
+        return cls(**values)
+
+    def to_endpoint(self, api_key: str | None = None) -> Endpoint:
+        """The endpoint these options describe (the plan adds the key it reads)."""
+        from steadystream.bench.endpoint import Endpoint, headers_from
+
+        id_header = self.request_id_header
+        return Endpoint(
+            self.url,
+            self.model,
+            kind=self.endpoint,
+            api_key=api_key,
+            headers=headers_from(self.headers),
+            usage=self.usage,
+            ignore_eos=self.ignore_eos,
+            request_id_header=None if id_header.lower() == "none" else id_header,
+        )
 
     @model_validator(mode="after")
     def _combinations(self) -> BenchConfig:
-        """Options that exclude or need each other (docs/bench.md)."""
+        """Options that exclude or need each other (docs/bench.md), and the endpoint's."""
+        self.to_endpoint()  # the URL, the headers and the request-id header
         if self.input_tokens is not None and self.prompts is not None:
             raise SpecError("--prompts and --input-tokens cannot be combined: pick one source")
         if (self.cancel > 0) != (self.cancel_after is not None):

@@ -17,7 +17,7 @@ from steadystream._clock import NS_PER_S
 from steadystream._exceptions import SpecError
 from steadystream.bench.cancel import CancelPoint, CancelPolicy
 from steadystream.bench.config import BenchConfig
-from steadystream.bench.endpoint import Endpoint, headers_from
+from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.gate import GateRule, parse_rules
 from steadystream.bench.runner import RunOptions
 from steadystream.bench.schedule import ClosedLoop, OpenLoop, Schedule, read_trace
@@ -71,18 +71,7 @@ def plan_bench(config: BenchConfig, *, environ: Mapping[str, str] | None = None)
             raise SpecError(
                 f"--api-key-env: the environment variable {config.api_key_env} is empty"
             )
-    endpoint = Endpoint(
-        config.url,
-        config.model,
-        kind=config.endpoint,
-        api_key=api_key,
-        headers=headers_from(config.headers),
-        usage=config.usage,
-        ignore_eos=config.ignore_eos,
-        request_id_header=None
-        if config.request_id_header.lower() == "none"
-        else config.request_id_header,
-    )
+    endpoint = config.to_endpoint(api_key)
     output = config.output or Path(time.strftime("bench-%Y%m%d-%H%M%S.jsonl"))
     if not output.parent.is_dir():
         raise SpecError(f"--output: the folder {output.parent} does not exist")

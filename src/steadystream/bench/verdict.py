@@ -18,7 +18,7 @@ from steadystream.bench.health import LAGGED_SHARE_LIMIT, lagged_streams
 from steadystream.metrics import MetricConfig, fleet_metrics
 from steadystream.timeline import Timeline
 
-__all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_run"]
+__all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_run", "load_runs"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,12 @@ def load_run(path: Path, *, required: bool = True) -> LoadedRun:
             "stream before it was loaded"
         )
     return LoadedRun(Path(path), result.timelines, note)
+
+
+def load_runs(paths: Sequence[Path]) -> tuple[list[Timeline], list[str]]:
+    """Several files read as one run (``analyze``, ``report``): every stream, and the notes."""
+    runs = [load_run(path, required=False) for path in paths]
+    return [t for run in runs for t in run.timelines], [run.note for run in runs if run.note]
 
 
 @dataclass(frozen=True)

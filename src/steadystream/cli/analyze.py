@@ -44,7 +44,7 @@ def analyze(
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
     from steadystream.bench.summary import summarise
-    from steadystream.bench.verdict import load_run
+    from steadystream.bench.verdict import load_runs
     from steadystream.cli import _render
     from steadystream.metrics import LABEL_DIMENSIONS
 
@@ -61,9 +61,7 @@ def analyze(
         fluidity_form=fluidity_form,
     )
     with exit_on_error():
-        runs = [load_run(path, required=False) for path in files]
-    timelines = [timeline for run in runs for timeline in run.timelines]
-    notes = [run.note for run in runs if run.note]
+        timelines, notes = load_runs(files)
     summary = summarise(timelines, config, by=by, worst=worst)
     summary.notes[:0] = notes
     if json_output:

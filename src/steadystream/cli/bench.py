@@ -14,7 +14,6 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import typer
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from steadystream._validation import duration_text
 from steadystream.bench.config import OUTPUT, BenchConfig, Flag
@@ -40,9 +39,12 @@ def _cli_type(info: FieldInfo, flag: Flag) -> Any:
 def _parameter(name: str, info: FieldInfo) -> inspect.Parameter:
     flag = next(m for m in info.metadata if isinstance(m, Flag))
     kind = _cli_type(info, flag)
-    required = info.default is PydanticUndefined
     repeatable = get_origin(kind) is UnionType and get_origin(get_args(kind)[0]) is list
-    default = ... if required else None if repeatable else info.default
+    default: Any = inspect.Parameter.empty  # required
+    if repeatable:
+        default = None  # not given: the field's default holds
+    elif not info.is_required():
+        default = info.get_default(call_default_factory=True)
     if flag.text and isinstance(default, int):
         default = duration_text(default)  # nanoseconds, shown and read back as 400ms
     if flag.argument:
@@ -52,7 +54,7 @@ def _parameter(name: str, info: FieldInfo) -> inspect.Parameter:
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
-        default=inspect.Parameter.empty if required else default,
+        default=default,
         annotation=Annotated[kind, typer_info],
     )
 

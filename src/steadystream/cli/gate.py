@@ -74,21 +74,8 @@ def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = 
     if json_output:
         import orjson
 
-        payload = {
-            "passed": report.passed,
-            "rows": [
-                {
-                    "metric": r.metric,
-                    "baseline": r.baseline,
-                    "current": r.current,
-                    "change": r.change,
-                    "limit": r.limit,
-                    "verdict": r.verdict,
-                }
-                for r in report.rows
-            ],
-            "notes": verdict.notes,
-        }
+        # orjson writes each GateRow dataclass as an object of its fields, in order
+        payload = {"passed": report.passed, "rows": report.rows, "notes": verdict.notes}
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
     from steadystream.cli._bench_view import gate_table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -20,9 +20,6 @@ from steadystream.cli._options import (
     exit_on_error,
     metric_config,
 )
-
-if TYPE_CHECKING:
-    from steadystream.timeline import Timeline
 
 
 @app.command()
@@ -62,6 +59,7 @@ def report(
     fluidity_form: FluidityForm = "documented",
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
+    from steadystream.bench.verdict import load_runs
     from steadystream.report import build_report, write_report
 
     config = metric_config(
@@ -75,8 +73,8 @@ def report(
         fluidity_form=fluidity_form,
     )
     with exit_on_error():
-        timelines, notes = _load(files)
-        base, base_notes = _load(baseline) if baseline else (None, [])
+        timelines, notes = load_runs(files)
+        base, base_notes = load_runs(baseline) if baseline else (None, [])
         comparison = None
         if whatif:
             from steadystream.shaping import parse_spec
@@ -104,10 +102,3 @@ def report(
 
             written = write_images(built, images)
             typer.echo(f"wrote {len(written)} images to {images}")
-
-
-def _load(paths: list[Path]) -> tuple[list[Timeline], list[str]]:
-    from steadystream.bench.verdict import load_run
-
-    runs = [load_run(path, required=False) for path in paths]
-    return [t for run in runs for t in run.timelines], [run.note for run in runs if run.note]
