@@ -37,3 +37,28 @@ async def test_a_task_that_crashed_says_so() -> None:
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="broken"):
         await cancel_and_wait(task)
+
+
+@pytest.mark.asyncio
+async def test_the_callers_own_cancellation_is_not_swallowed() -> None:
+    stubborn_started = asyncio.Event()
+
+    async def stubborn() -> None:
+        stubborn_started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.05)  # takes a moment to clean up
+
+    async def owner() -> str:
+        task = asyncio.get_running_loop().create_task(stubborn())
+        await stubborn_started.wait()
+        await cancel_and_wait(task)
+        return "went on as if nothing happened"
+
+    outer = asyncio.get_running_loop().create_task(owner())
+    await stubborn_started.wait()
+    await asyncio.sleep(0)
+    outer.cancel()  # the owner is cancelled while it waits for its task to end
+    with pytest.raises(asyncio.CancelledError):
+        await outer
