@@ -30,7 +30,11 @@ from steadystream._exceptions import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from steadystream._transport_errors import map_transport_errors
+from steadystream._transport_errors import (
+    TRANSPORT_ERRORS,
+    map_transport_error,
+    map_transport_errors,
+)
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
@@ -92,10 +96,11 @@ def body_reader(response: aiohttp.ClientResponse, name: str) -> BodyReader:
     content = response.content
 
     async def read() -> bytes:
-        with map_transport_errors(
-            UpstreamStreamError, f"the connection to upstream {name!r} broke"
-        ):
+        try:  # the hot path: a try, not a with block (see map_transport_error)
             return await content.readany()
+        except TRANSPORT_ERRORS as exc:
+            what = f"the connection to upstream {name!r} broke"
+            raise map_transport_error(exc, UpstreamStreamError, what) from exc
 
     return read
 
