@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -41,22 +41,26 @@ class Child:
         health_url: str,
         log: Path | None = None,
         start_timeout_s: float = 30.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.args = list(args)
         self.health_url = health_url
         self.log = log  # None: the child's output is discarded
         self.start_timeout_s = start_timeout_s
+        self.env = None if env is None else dict(env)  # None: this process's environment
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Child:
         if self.log is None:
             self.process = subprocess.Popen(
-                self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
             )
         else:
             with self.log.open("wb") as out:
-                self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+                self.process = subprocess.Popen(
+                    self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env
+                )
         self._wait_healthy(timeout_s=self.start_timeout_s)
         return self
 

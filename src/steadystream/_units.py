@@ -1,6 +1,7 @@
 """Durations and shares as people type and read them: the one place numbers get their form.
 
-``400ms``, ``1.5s``, ``500us``, ``2m`` are read by :func:`parse_duration`; every duration,
+``400ms``, ``1.5s``, ``500us``, ``2m`` are read by :func:`parse_duration`, ``64KiB``,
+``4MB`` by :func:`parse_size`; every duration,
 share and plain number the CLI, the report, the gate and the demo show is written by the
 formatters here (as rich keeps every size in ``filesize.py``), so the same value reads the
 same everywhere. Undefined values (None, NaN) are shown as ``—``, never as 0.
@@ -21,6 +22,7 @@ __all__ = [
     "format_seconds",
     "format_share",
     "parse_duration",
+    "parse_size",
 ]
 
 UNDEFINED = "—"
@@ -36,6 +38,17 @@ _UNITS_NS = {
     "min": 60_000_000_000,
     "h": 3_600_000_000_000,
 }
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "KiB": 1024,
+    "MB": 1000**2,
+    "MiB": 1024**2,
+    "GB": 1000**3,
+    "GiB": 1024**3,
+}
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([A-Za-z]*)\s*$")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
 
 
@@ -58,6 +71,21 @@ def parse_duration(text: str, *, name: str = "duration") -> int:
     if not math.isfinite(value):
         raise SpecError(f"{name}: {text!r} is not a finite duration")
     return round(value)
+
+
+def parse_size(text: str, *, name: str = "size") -> int:
+    """Parse ``text`` (``4096``, ``64KiB``, ``4MB``, ``1MiB``) into bytes.
+
+    Raises :class:`SpecError` naming ``name`` and the value when it cannot be read.
+    """
+    match = _SIZE.match(text)
+    if match is None:
+        raise SpecError(f"{name}: cannot read {text!r} as a size (examples: 4096, 64KiB, 4MB)")
+    number, unit = match.groups()
+    if unit not in _SIZE_UNITS:
+        accepted = ", ".join(u for u in _SIZE_UNITS if u)
+        raise SpecError(f"{name}: unknown unit {unit!r} in {text!r} (accepted: {accepted})")
+    return int(number) * _SIZE_UNITS[unit]
 
 
 def format_duration(ns: int | float | None) -> str:

@@ -244,6 +244,28 @@ async def test_stall_and_slow_first_token_faults_show_in_the_ground_truth(
     assert content[2]["causes"] == ["injected-fault"]
 
 
+@pytest.mark.asyncio
+async def test_echo_auth_and_oversize_faults_over_sockets(lab: LabServer) -> None:
+    key = "Bearer sk-lab-socket-echo-42"
+    url = f"{lab.base_url}/chat/completions"
+    headers = {"X-Lab-Fault": "echo-auth=2", "X-Request-Id": "echo-1", "Authorization": key}
+    status, _, raw = await _post(url, {**CHAT, "stream": True}, headers)
+    assert status == 200
+    events = _events(raw)
+    assert events[-2]["error"]["message"] == f"lab fault: echo-auth: rejected Authorization: {key}"
+    assert events[-1] == "[DONE]"
+    truth = _truth(lab, "echo-1")
+    assert truth["outcome"] == "error"
+    assert truth["fault"] == "echo-auth=2:error"
+    headers = {"X-Lab-Fault": "oversize-after=1:2MB", "X-Request-Id": "big-1"}
+    status, _, raw = await _post(url, {**CHAT, "stream": True}, headers)
+    assert status == 200
+    blocks = raw.split(b"\n\n")
+    assert max(len(block) + 2 for block in blocks) == 2_000_000
+    assert _events(raw)[-1] == "[DONE]"
+    assert max(event["wire_bytes"] for event in _truth(lab, "big-1")["events"]) == 2_000_000
+
+
 def test_openai_sdk_streams_from_the_lab_unchanged(lab: LabServer) -> None:
     client = openai.OpenAI(base_url=lab.base_url, api_key="lab", max_retries=0, timeout=15)
     stream = client.chat.completions.create(

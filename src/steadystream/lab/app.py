@@ -166,6 +166,7 @@ def _generation(state: LabState, *, chat: bool) -> _Endpoint:
             request_id=request_id,
             metrics=state.metrics,
             resetter=state.resetter,
+            authorization=request.headers.get("authorization"),
         )
 
     return endpoint

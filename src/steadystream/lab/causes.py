@@ -31,7 +31,7 @@ class Cause(enum.StrEnum):
     HEAD_BURST = "head-burst"  # held for the head burst, or paced in the slow tail
     NETWORK_BUFFERING = "network-buffering"  # delay, jitter or coalescing in transit
     CONNECTION_HICCUP = "connection-hiccup"  # the connection froze
-    INJECTED_FAULT = "injected-fault"  # a stall or slow first token asked for on purpose
+    INJECTED_FAULT = "injected-fault"  # a stall, slow first token or silent finish, on purpose
 
 
 Extras = dict[Cause, int]

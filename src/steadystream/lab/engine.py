@@ -133,7 +133,7 @@ class LabEngine:
         end_after = faults.end_after
         if end_after is not None and end_after < target:
             target = end_after
-            ending = Ending.ERROR if faults.error_after is not None else Ending.RESET
+            ending = Ending.RESET if faults.reset_after is not None else Ending.ERROR
         truth = RequestTruth(
             request_id=request.request_id,
             model=request.model,
@@ -153,7 +153,7 @@ class LabEngine:
         seq.stall_ns = faults.stall_ns
         seq.truth = truth
         seq.emitter = Emitter(self.scenario.emission, ConnectionModel(self.scenario.network, rng))
-        handle = StreamHandle(self, truth, pieces, self.clock, self._label_min_ns)
+        handle = StreamHandle(self, truth, pieces, self.clock, self._label_min_ns, faults)
         seq.handle = handle
         self.truths.add(truth)
         self._live[handle] = seq

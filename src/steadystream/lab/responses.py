@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from steadystream._types import EventKind
+from steadystream.lab.causes import Cause, Extras
 from steadystream.lab.emission import PlannedEvent
 from steadystream.lab.metrics import LabMetrics
 from steadystream.lab.stream import Ending, StreamHandle
@@ -36,6 +36,7 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_SILENCE: tuple[EventKind | None, bytes] = (None, b"")  # where a silent finish pauses
 
 
 class _ConnectionAborted(Exception):
@@ -54,6 +55,7 @@ class LabResponse(Response):
         request_id: str,
         metrics: LabMetrics | None,
         resetter: ConnectionResetter | None,
+        authorization: str | None = None,
     ) -> None:
         # Response.__init__ is not called: this response writes its own body.
         self.status_code = 200
@@ -64,6 +66,8 @@ class LabResponse(Response):
         self._request_id = request_id.encode()
         self._metrics = metrics
         self._resetter = resetter
+        self._authorization = authorization  # echoed only by the echo-auth fault
+        self._oversized = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handle = self._handle
@@ -100,11 +104,12 @@ class LabResponse(Response):
         role = wire.role() if wire.chat else b""
         while (batch := await handle.next_write()) is not None:
             texts = [handle.text_of(event) for event in batch]
-            contents = [wire.content(text) for text in texts]
+            sent = [self._sent_text(event, text) for event, text in zip(batch, texts, strict=True)]
+            contents = [wire.content(text) for text in sent]
             ending = handle.ending
             tail = self._tail(ending) if ending is not None else []
             head = role if last_written is None else b""
-            body = b"".join([head, *contents, *(data for _, data in tail)])
+            body = b"".join([head, *contents, *(data for _, data in self._now_part(tail))])
             await send({"type": "http.response.body", "body": body, "more_body": True})
             now = clock.now_ns()
             if head:
@@ -118,26 +123,66 @@ class LabResponse(Response):
                 return
         ending = handle.ending or Ending.SHUTDOWN
         tail = self._tail(ending)
-        if tail:
-            body = b"".join(data for _, data in tail)
+        if now_part := self._now_part(tail):
+            body = b"".join(data for _, data in now_part)
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await self._end(scope, send, ending, tail, clock.now_ns())
 
+    def _sent_text(self, event: PlannedEvent, text: str) -> str:
+        """The text as written: the one event the oversize fault asks for is padded."""
+        faults = self._handle.faults
+        after = faults.oversize_after
+        if after is None or self._oversized or event.first_token + event.tokens <= after:
+            return text
+        self._oversized = True
+        # Padding with an ASCII letter adds exactly one byte per character to the event.
+        missing = faults.oversize_bytes - len(self._wire.content(text))
+        return text + "x" * missing if missing > 0 else text
+
     def _tail(self, ending: Ending) -> list[tuple[EventKind | None, bytes]]:
-        """What follows the last content: finish, usage and [DONE]; or an error and [DONE]."""
+        """What follows the last content: finish, usage and [DONE]; or an error and [DONE].
+
+        With a silent-finish fault, an entry ``(None, b"")`` marks where the silence falls.
+        """
         wire = self._wire
         truth = self._handle.truth
+        faults = self._handle.faults
         if ending in (Ending.STOP, Ending.LENGTH):
             tail: list[tuple[EventKind | None, bytes]] = [(EventKind.EMPTY, wire.finish(ending))]
+            if faults.silent_finish_ns is not None:
+                tail.append(_SILENCE)
             if wire.include_usage:
                 usage = wire.usage(truth.prompt_tokens, truth.tokens_generated)
                 tail.append((EventKind.USAGE, usage))
             return [*tail, (None, wire.done())]
         if ending is Ending.ERROR:
-            return [(EventKind.ERROR, wire.error("lab fault: error-after")), (None, wire.done())]
+            if self._echoes_malformed():
+                return [(EventKind.ERROR, wire.malformed(self._echo())), (None, wire.done())]
+            return [(EventKind.ERROR, wire.error(self._error_message())), (None, wire.done())]
         if ending is Ending.SHUTDOWN:
             return [(EventKind.ERROR, wire.error("the lab is shutting down")), (None, wire.done())]
         return []
+
+    def _echoes_malformed(self) -> bool:
+        faults = self._handle.faults
+        return faults.echo_auth_after is not None and faults.echo_auth_form == "malformed"
+
+    def _error_message(self) -> str:
+        if self._handle.faults.echo_auth_after is None:
+            return "lab fault: error-after"
+        return f"lab fault: echo-auth: rejected {self._echo()}"
+
+    def _echo(self) -> str:
+        # What a careless upstream does: put the credential it was sent into its error text.
+        given = self._authorization
+        return f"Authorization: {given}" if given is not None else "no Authorization header"
+
+    @staticmethod
+    def _now_part(
+        tail: list[tuple[EventKind | None, bytes]],
+    ) -> list[tuple[EventKind | None, bytes]]:
+        """The part of the tail written at once: all of it, or what comes before a silence."""
+        return tail[: tail.index(_SILENCE)] if _SILENCE in tail else tail
 
     async def _end(
         self,
@@ -148,15 +193,40 @@ class LabResponse(Response):
         now: int,
     ) -> None:
         handle = self._handle
-        for kind, data in tail:
+        for kind, data in self._now_part(tail):
             if kind is not None:
                 handle.mark_other(kind, now, len(data))
         if ending is Ending.RESET:
             handle.finish(now, "reset")
             await self._reset(scope)
             return
+        if _SILENCE in tail:
+            now = await self._after_silence(send, tail[tail.index(_SILENCE) + 1 :], now)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         handle.finish(now)
+
+    async def _after_silence(
+        self, send: Send, rest: list[tuple[EventKind | None, bytes]], since: int
+    ) -> int:
+        """Say nothing for the silent-finish fault's time, then write ``rest``; returns when.
+
+        The silence is charged (``injected-fault``) to the first event written after it, or,
+        with no usage chunk, to the stream's end (``end_extra_ns`` in the ground truth).
+        """
+        handle = self._handle
+        silence = handle.faults.silent_finish_ns or 0
+        await handle.clock.sleep_until(since + silence)
+        body = b"".join(data for _, data in rest)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        now = handle.clock.now_ns()
+        extras: Extras | None = {Cause.INJECTED_FAULT: now - since}
+        for kind, data in rest:
+            if kind is not None:
+                handle.mark_other(kind, now, len(data), since + silence, extras)
+                extras = None
+        if extras is not None:
+            handle.truth.end_extra_ns = {cause.value: ns for cause, ns in extras.items()}
+        return now
 
     async def _reset(self, scope: Scope) -> None:
         if self._resetter is not None and await self._resetter(scope):
@@ -175,21 +245,23 @@ class LabResponse(Response):
         texts = [handle.text_of(event) for event in events]
         now = clock.now_ns()
         handle.mark_written(events, now, [0] * len(events), texts)
+        sent = [self._sent_text(event, text) for event, text in zip(events, texts, strict=True)]
         if ending is Ending.RESET:
             handle.finish(now, "reset")
             await self._reset(scope)
             return
         status = 200
-        body: dict[str, Any]
         if ending in (Ending.STOP, Ending.LENGTH):
             truth = handle.truth
-            text = "".join(texts)
-            body = wire.whole(text, ending.value, truth.prompt_tokens, truth.tokens_written)
+            text = "".join(sent)
+            whole = wire.whole(text, ending.value, truth.prompt_tokens, truth.tokens_written)
+            data = orjson.dumps(whole)
+        elif ending is Ending.ERROR and self._echoes_malformed():
+            data = wire.malformed(self._echo()).removeprefix(b"data: ").rstrip()
         else:
             status = 500
-            message = "lab fault: error-after" if ending is Ending.ERROR else "shutting down"
-            body = error_payload(message, type="server_error", code=500)
-        data = orjson.dumps(body)
+            message = self._error_message() if ending is Ending.ERROR else "shutting down"
+            data = orjson.dumps(error_payload(message, type="server_error", code=500))
         headers = [*_JSON_HEADERS, (b"x-request-id", self._request_id)]
         headers.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})

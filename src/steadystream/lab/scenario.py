@@ -8,6 +8,8 @@ files (:mod:`steadystream.lab.scenario_file`), which may start from a preset.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
@@ -142,11 +144,27 @@ class FaultParams(_Params):
     stall_after: int | None = Field(None, ge=0, description="stall after N tokens")
     stall_ms: float | None = Field(None, ge=0, description="stall length (None: forever)")
     slow_first_token_ms: float = Field(0.0, ge=0, description="delay before admission")
+    echo_auth_after: int | None = Field(
+        None, ge=0, description="after N tokens, an event echoing the Authorization header"
+    )
+    echo_auth_form: Literal["error", "malformed"] = Field(
+        "error", description="the echo as an in-band error event, or as a broken chunk"
+    )
+    oversize_after: int | None = Field(None, ge=0, description="one oversized event after N")
+    oversize_bytes: int = Field(4_194_304, ge=1, description="the oversized event's size")
+    silent_finish_ms: float | None = Field(
+        None, ge=0, description="silence after the finish chunk, before usage and [DONE]"
+    )
 
     @model_validator(mode="after")
     def _one_ending(self) -> FaultParams:
-        if self.error_after is not None and self.reset_after is not None:
-            raise ValueError("error_after and reset_after cannot be combined")
+        given = [
+            name
+            for name in ("error_after", "reset_after", "echo_auth_after")
+            if getattr(self, name) is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} cannot be combined")
         return self
 
 

@@ -17,8 +17,9 @@ from typing import Protocol
 
 from steadystream._clock import Clock
 from steadystream._types import EventKind
-from steadystream.lab.causes import labels
+from steadystream.lab.causes import Extras, labels
 from steadystream.lab.emission import PlannedEvent
+from steadystream.lab.faults import FaultSpec
 from steadystream.lab.truth import RequestTruth
 
 __all__ = ["Ending", "StreamHandle", "StreamOwner"]
@@ -55,6 +56,7 @@ class StreamHandle:
         "_outbox",
         "_owner",
         "_waiter",
+        "faults",
         "pieces",
         "truth",
     )
@@ -66,6 +68,7 @@ class StreamHandle:
         pieces: list[str],
         clock: Clock,
         label_min_ns: int,
+        faults: FaultSpec | None = None,
     ) -> None:
         self._owner = owner
         self._clock = clock
@@ -77,6 +80,7 @@ class StreamHandle:
         self._last_planned = 0
         self.truth = truth
         self.pieces = pieces
+        self.faults = faults if faults is not None else FaultSpec()  # the writer's share
 
     @property
     def clock(self) -> Clock:
@@ -170,11 +174,25 @@ class StreamHandle:
             )
 
     def mark_other(
-        self, kind: EventKind, written_ns: int, wire_bytes: int, planned_ns: int | None = None
+        self,
+        kind: EventKind,
+        written_ns: int,
+        wire_bytes: int,
+        planned_ns: int | None = None,
+        extras: Extras | None = None,
     ) -> None:
-        """Record a non-content event (role, finish, usage, error) written at ``written_ns``."""
+        """Record a non-content event (role, finish, usage, error) written at ``written_ns``.
+
+        ``extras``: the delay the gap ending at it carries, by cause (a silence after the
+        finish, asked for by a fault).
+        """
         planned = written_ns if planned_ns is None else planned_ns
-        self.truth.add_event(kind, planned, written_ns, 0, wire_bytes)
+        if not extras:
+            self.truth.add_event(kind, planned, written_ns, 0, wire_bytes)
+            return
+        named = labels(extras, self._label_min_ns)
+        delays = {cause.value: ns for cause, ns in extras.items() if ns > 0}
+        self.truth.add_event(kind, planned, written_ns, 0, wire_bytes, "", named, delays)
 
     def finish(self, written_ns: int, reason: str | None = None) -> None:
         """The writer is done: the stream ended (or the client left) at ``written_ns``."""

@@ -61,6 +61,8 @@ class RequestTruth:
     tokens_written: int = 0
     tokens_after_disconnect: int = 0
     finish_reason: str | None = None  # stop, length, error, reset, cancelled, shutdown
+    # delay between the last event and the end ([DONE], close), by cause: a silent finish
+    end_extra_ns: dict[str, int] | None = None
     stream_done: bool = False
     engine_done: bool = False
 
@@ -156,6 +158,7 @@ class RequestTruth:
             "kv_freed_ns": rel(self.kv_freed_ns),
             "kv_freed_step_ns": rel(self.kv_freed_step_ns),
             "end_ns": rel(self.end_ns),
+            "end_extra_ns": self.end_extra_ns or {},
             "events": events,
         }
 
@@ -207,6 +210,7 @@ class RequestTruth:
             "tokens_generated": self.tokens_generated,
             "tokens_after_disconnect": self.tokens_after_disconnect,
             "fault": self.fault,
+            "end_extra_ns": self.end_extra_ns or {},
         }
 
 

@@ -85,6 +85,13 @@ class SseFormat:
         return encode_chunk(error_payload(message, type="server_error", code=500))
 
     @staticmethod
+    def malformed(text: str) -> bytes:
+        """A chunk cut off mid-JSON around ``text`` (a broken upstream, for faults)."""
+        return (
+            b'data: {"choices": [{"index": 0, "delta": {"content": ' + orjson.dumps(text) + b"\n\n"
+        )
+
+    @staticmethod
     def done() -> bytes:
         return DONE
 
