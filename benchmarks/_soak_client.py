@@ -27,7 +27,11 @@ from steadystream.protocol import SseDecoder, SseEvent
 
 __all__ = ["PIECE", "ClientResult", "KeyScanner", "Target", "key_pieces", "run_stream"]
 
-_SMALL_RCVBUF = 4096
+# Receive buffers (and asyncio's read buffer) of the readers that push back. A stuck reader's
+# is tiny, so the gateway's buffers fill soon. A slow reader's is 16 KiB: with 4 KiB, loopback
+# TCP (64 KiB segments) moves its bytes in bursts seconds apart, and a gateway that watches
+# its unsent bytes sees no drain for seconds although the reader reads 3 KB every second.
+_RCVBUF = {"stuck": 4096, "slow": 16384}
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
 
@@ -189,18 +193,16 @@ async def run_stream(plan: StreamPlan, target: Target) -> ClientResult:
     stream = _Stream(plan, target)
     result = stream.result
     reader = plan.kind.reader
-    small = reader in ("slow", "stuck")
+    rcvbuf = _RCVBUF.get(reader)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if small:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SMALL_RCVBUF)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
     writer: asyncio.StreamWriter | None = None
     try:
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(loop.sock_connect(sock, (target.host, target.port)), 10)
-        stream_reader, writer = await asyncio.open_connection(
-            sock=sock, limit=_SMALL_RCVBUF if small else 1 << 16
-        )
+        stream_reader, writer = await asyncio.open_connection(sock=sock, limit=rcvbuf or 1 << 16)
         result.sent_at = time.time()
         writer.write(stream.request())
         await writer.drain()

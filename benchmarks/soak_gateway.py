@@ -195,6 +195,7 @@ def run_soak(
     stuck_timeout: str,
     stuck_hold_s: float,
     slow_bytes_per_s: float,
+    gateway_src: Path | None = None,
     say: Callable[[str], None] = print,
 ) -> list[Check]:
     work.mkdir(parents=True, exist_ok=True)
@@ -209,6 +210,8 @@ def run_soak(
         "SOAK_LAB_B_KEY": keys["upstream lab-b key"],
         "SOAK_TENANT_KEY": keys["tenant key"],
     }
+    if gateway_src is not None:  # another build of the gateway, to compare two side by side
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gateway_src), env.get("PYTHONPATH")]))
     scenario = work / "lab-scenario.yaml"
     scenario.write_text(_LAB_SCENARIO, encoding="utf-8")
     plans = plan_streams(shape)
@@ -242,6 +245,8 @@ def run_soak(
         health_url=f"http://127.0.0.1:{gateway_port}/healthz",
         log=work / "gateway.log",
         env=env,
+        # With tenants, the gateway may ask a key for /healthz (server.metrics_auth).
+        health_headers={"Authorization": f"Bearer {keys['tenant key']}"},
     )
     target = Target(
         "127.0.0.1",
@@ -270,7 +275,7 @@ def run_soak(
     timelines = []
     for path in sorted((work / "recordings").glob("*.jsonl")):
         timelines += read_jsonl(path).timelines
-    record_check, records = check_records(plans, timelines)
+    record_check, records = check_records(plans, timelines, results)
     noticed, freed, skipped = cancel_latencies_ms(plans, results, records, truths)
     echoes = sum(1 for plan in plans if plan.fault and plan.fault.startswith("echo-auth"))
     gateway_files = [work / "gateway.log", *sorted((work / "recordings").glob("*"))]
@@ -324,6 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--finish-bound", default="10s", help="finish -> [DONE] at the client")
     parser.add_argument("--cancel-p99-ms", type=float, default=100.0)
     parser.add_argument("--rss-slope", type=float, default=2.0, help="MiB per minute, at most")
+    parser.add_argument(
+        "--gateway-src",
+        type=Path,
+        help="run the gateway from this source tree (its src/ directory), e.g. another branch",
+    )
     args = parser.parse_args(argv)
     shape = SoakShape(
         streams=args.streams,
@@ -346,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stuck_timeout=args.stuck_timeout,
         stuck_hold_s=parse_duration(args.stuck_hold, name="--stuck-hold") / 1e9,
         slow_bytes_per_s=float(parse_size(args.slow_rate, name="--slow-rate")),
+        gateway_src=args.gateway_src,
     )
     print_checks(checks)
     failed = [check.name for check in checks if not check.ok]

@@ -42,6 +42,7 @@ class Child:
         log: Path | None = None,
         start_timeout_s: float = 30.0,
         env: Mapping[str, str] | None = None,
+        health_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.args = list(args)
@@ -49,6 +50,7 @@ class Child:
         self.log = log  # None: the child's output is discarded
         self.start_timeout_s = start_timeout_s
         self.env = None if env is None else dict(env)  # None: this process's environment
+        self.health_headers = dict(health_headers or {})  # e.g. a key, where health needs one
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Child:
@@ -97,7 +99,8 @@ class Child:
                     f"{self.name} exited with code {self.process.returncode} at start{where}"
                 )
             try:
-                with urllib.request.urlopen(self.health_url, timeout=1.0) as answer:
+                request = urllib.request.Request(self.health_url, headers=self.health_headers)
+                with urllib.request.urlopen(request, timeout=1.0) as answer:
                     if answer.status == 200:
                         return
             except (urllib.error.URLError, OSError):
