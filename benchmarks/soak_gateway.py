@@ -323,8 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--oversize", default="8MB", help="size of the oversized events")
     parser.add_argument("--silence", default="30s", help="a finish, then this long in silence")
     parser.add_argument("--long-tokens", type=int, default=1500, help="slow and stuck streams")
-    parser.add_argument("--stuck-timeout", default="5s", help="the gateway's limits.stuck_timeout")
-    parser.add_argument("--stuck-hold", default="45s", help="how long a stuck client reads nothing")
+    # 15 s: a 3 KB/s reader's TCP drains come in gulps of its receive buffer, about 5 s apart;
+    # with 5 s the gateway (rightly, at the TCP level) sees no drain and cuts it.
+    parser.add_argument("--stuck-timeout", default="15s", help="the gateway's limits.stuck_timeout")
+    parser.add_argument("--stuck-hold", default="60s", help="how long a stuck client reads nothing")
     parser.add_argument("--slow-rate", default="3KB", help="bytes per second a slow reader reads")
     parser.add_argument("--finish-bound", default="10s", help="finish -> [DONE] at the client")
     parser.add_argument("--cancel-p99-ms", type=float, default=100.0)

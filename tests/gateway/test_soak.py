@@ -93,7 +93,7 @@ def test_a_short_soak_passes_every_check(tmp_path: Path) -> None:
         "--minutes=0.34",
         "--seed=5",
         "--long-tokens=1000",
-        "--stuck-hold=30s",
+        "--stuck-hold=45s",
         f"--out={out}",
     ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=420, check=False)
