@@ -1,7 +1,8 @@
 """Soak the gateway: many streams, every misbehaviour at once, then prove nothing leaked.
 
     python benchmarks/soak_gateway.py                          # 1,000 streams over 10 minutes
-    python benchmarks/soak_gateway.py --streams 60 --minutes 0.33 --out soak-run
+    python benchmarks/soak_gateway.py --streams 60 --minutes 0.34 --long-tokens 1000 \
+        --stuck-hold 45s --out soak-run                        # the short run the tests make
 
 Two labs (each its own process) serve as upstreams, `lab-a` first and `lab-b` its fallback;
 the gateway (its own process, logging at INFO) sits in front with one tenant; this process is
@@ -19,7 +20,9 @@ The upstreams and the tenant get random secret keys. At the end the run checks, 
 - no silent truncation: each reader got [DONE] after a finish or an in-band error, in time;
 - no key in the gateway's log, recordings or metrics, nor in what any client received.
 
-It exits 1 when a check fails. Loopback only; every process it starts is stopped by its pid.
+It exits 1 when a check fails. The run's files (the gateway's log and recordings, the labs'
+logs, /metrics, and summary.json with every check's figures and every client's view) stay in
+``--out``. Loopback only; every process it starts is stopped by its pid.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ from _soak_checks import (
     check_truncation,
 )
 from _soak_client import ClientResult, Target, run_stream
-from _soak_plan import SoakShape, StreamPlan, plan_streams
+from _soak_plan import KINDS, SoakShape, StreamPlan, plan_streams
+from steadystream._exceptions import SpecError
 from steadystream._processes import Child, free_port, steadystream_command
 from steadystream._serving import new_event_loop
 from steadystream._units import parse_duration, parse_size
@@ -337,27 +341,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the gateway from this source tree (its src/ directory), e.g. another branch",
     )
     args = parser.parse_args(argv)
-    shape = SoakShape(
-        streams=args.streams,
-        seconds=args.minutes * 60,
-        seed=args.seed,
-        oversize_bytes=parse_size(args.oversize, name="--oversize"),
-        silence_s=parse_duration(args.silence, name="--silence") / 1e9,
-        long_tokens=args.long_tokens,
-    )
-    limits = Limits(
-        cancel_p99_ms=args.cancel_p99_ms,
-        rss_slope_mib_per_min=args.rss_slope,
-        finish_bound_s=parse_duration(args.finish_bound, name="--finish-bound") / 1e9,
-    )
+    if args.streams < len(KINDS) or args.minutes <= 0:
+        parser.error(f"--streams must be at least {len(KINDS)} and --minutes above 0")
+    try:
+        shape = SoakShape(
+            streams=args.streams,
+            seconds=args.minutes * 60,
+            seed=args.seed,
+            oversize_bytes=parse_size(args.oversize, name="--oversize"),
+            silence_s=parse_duration(args.silence, name="--silence") / 1e9,
+            long_tokens=args.long_tokens,
+        )
+        limits = Limits(
+            cancel_p99_ms=args.cancel_p99_ms,
+            rss_slope_mib_per_min=args.rss_slope,
+            finish_bound_s=parse_duration(args.finish_bound, name="--finish-bound") / 1e9,
+        )
+        stuck_hold_s = parse_duration(args.stuck_hold, name="--stuck-hold") / 1e9
+        slow_rate = float(parse_size(args.slow_rate, name="--slow-rate"))
+    except SpecError as exc:
+        parser.error(str(exc))
     work = args.out or Path(tempfile.mkdtemp(prefix="steadystream-soak-"))
     checks = run_soak(
         shape,
         work,
         limits,
         stuck_timeout=args.stuck_timeout,
-        stuck_hold_s=parse_duration(args.stuck_hold, name="--stuck-hold") / 1e9,
-        slow_bytes_per_s=float(parse_size(args.slow_rate, name="--slow-rate")),
+        stuck_hold_s=stuck_hold_s,
+        slow_bytes_per_s=slow_rate,
         gateway_src=args.gateway_src,
     )
     print_checks(checks)
