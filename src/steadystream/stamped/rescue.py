@@ -1,0 +1,120 @@
+"""Keep kernel stamps exact while the event loop is stalled: drain sockets from a thread.
+
+A kernel stamp belongs to the newest segment a read copied from, and segments that wait
+together in a receive queue are merged under the newest stamp. While the event loop keeps
+up, every event is read before the next one arrives and its stamp is exact. When the loop
+stalls (a long callback, a garbage collection, a blocked call), events pile up and would
+share one stamp. So while the loop's heartbeat is late by more than ``stall_ns``, a thread
+reads the waiting sockets itself (``recvmsg`` keeps the kernel's stamp whoever calls it) and
+queues the reads for the loop, which parses them in order when it runs again.
+
+Cheap when all is well: the thread wakes every ``poll_s``, sees a fresh heartbeat and
+sleeps; it reads only during stalls. It exits when no connection is open. During a stall
+that holds the GIL (pure Python work) it gets to run only at the interpreter's switch
+interval, so it shortens such a stall's effect rather than removing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import threading
+import time
+import weakref
+from typing import ClassVar, Protocol
+
+__all__ = ["StallRescuer"]
+
+_STALL_NS = 10_000_000
+_POLL_S = 0.004
+_BACKLOG_LIMIT = 256  # reads queued per connection before the rescuer leaves it to the kernel
+
+
+class Drainable(Protocol):
+    def fileno(self) -> int: ...
+
+    def pull(self) -> bool: ...
+
+    def drain_soon(self) -> None: ...
+
+    @property
+    def backlog(self) -> int: ...
+
+
+class StallRescuer:
+    """One per event loop: watches the loop's heartbeat and drains sockets while it stalls."""
+
+    _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StallRescuer]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        stall_ns: int = _STALL_NS,
+        poll_s: float = _POLL_S,
+    ) -> None:
+        self.loop = loop
+        self.stall_ns = stall_ns
+        self.poll_s = poll_s
+        self.rescued_reads = 0
+        self._watched: dict[int, Drainable] = {}
+        self._lock = threading.Lock()
+        self._poller = select.epoll()
+        self._beat_ns = time.monotonic_ns()
+        self._thread: threading.Thread | None = None
+        self._beating = False
+
+    @classmethod
+    def for_loop(cls, loop: asyncio.AbstractEventLoop) -> StallRescuer:
+        rescuer = cls._by_loop.get(loop)
+        if rescuer is None:
+            rescuer = cls._by_loop[loop] = cls(loop)
+        return rescuer
+
+    def watch(self, conn: Drainable) -> None:
+        fd = conn.fileno()
+        with self._lock:
+            self._watched[fd] = conn
+            try:
+                self._poller.register(fd, select.EPOLLIN)
+            except FileExistsError:  # a closed connection's number, reused
+                self._poller.modify(fd, select.EPOLLIN)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="steadystream-stall-rescuer", daemon=True
+                )
+                self._thread.start()
+        if not self._beating:
+            self._beating = True
+            self._beat()
+
+    def forget(self, conn: Drainable) -> None:
+        fd = conn.fileno()
+        with self._lock:
+            if self._watched.get(fd) is conn:
+                del self._watched[fd]
+                self._poller.unregister(fd)
+
+    def _beat(self) -> None:
+        self._beat_ns = time.monotonic_ns()
+        if self._watched:
+            self.loop.call_later(self.poll_s / 2, self._beat)
+        else:
+            self._beating = False
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.poll_s)
+            with self._lock:
+                if not self._watched:
+                    self._thread = None
+                    return
+                if time.monotonic_ns() - self._beat_ns <= self.stall_ns:
+                    continue
+                ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
+            for conn in ready:
+                if conn is not None and conn.backlog < _BACKLOG_LIMIT and conn.pull():
+                    self.rescued_reads += 1
+                    conn.drain_soon()

@@ -1,0 +1,83 @@
+"""A scripted raw-socket HTTP server on loopback: each test writes the bytes it wants, when."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+Script = Callable[[socket.socket], None]
+
+
+class ScriptedServer:
+    """Accepts connections on 127.0.0.1 and runs ``script`` on each in a thread."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.settimeout(5.0)
+        self.port: int = self.listener.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.write_ns: list[int] = []  # perf_counter_ns right after each timed write
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+
+    def _serve(self) -> None:
+        try:
+            peer, _ = self.listener.accept()
+        except OSError:
+            return
+        with peer:
+            peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = peer.recv(65536)
+                    if not data:
+                        return
+                    request += data
+                self.requests.append(request)
+                self.script(peer)
+            except OSError as exc:
+                self.errors.append(exc)
+
+    def timed_write(self, peer: socket.socket, data: bytes) -> None:
+        peer.sendall(data)
+        self.write_ns.append(time.perf_counter_ns())
+
+    def close(self) -> None:
+        self.listener.close()
+        self._thread.join(timeout=5.0)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Script], ScriptedServer]]:
+    servers: list[ScriptedServer] = []
+
+    def start(script: Script) -> ScriptedServer:
+        server = ScriptedServer(script)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
