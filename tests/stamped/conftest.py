@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,8 +16,9 @@ Script = Callable[[socket.socket], None]
 class ScriptedServer:
     """Accepts connections on 127.0.0.1 and runs ``script`` on each in a thread."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, *, read_request: bool = True) -> None:
         self.script = script
+        self.read_request = read_request
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(8)
@@ -40,15 +42,10 @@ class ScriptedServer:
         with peer:
             peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    data = peer.recv(65536)
-                    if not data:
-                        return
-                    request += data
-                self.requests.append(request)
+                if self.read_request:
+                    self.requests.append(read_request(peer))
                 self.script(peer)
-            except OSError as exc:
+            except (OSError, ssl.SSLError) as exc:
                 self.errors.append(exc)
 
     def timed_write(self, peer: socket.socket, data: bytes) -> None:
@@ -60,12 +57,22 @@ class ScriptedServer:
         self._thread.join(timeout=5.0)
 
 
+def read_request(peer: socket.socket) -> bytes:
+    request = b""
+    while b"\r\n\r\n" not in request:
+        data = peer.recv(65536)
+        if not data:
+            break
+        request += data
+    return request
+
+
 @pytest.fixture
-def serve() -> Iterator[Callable[[Script], ScriptedServer]]:
+def serve() -> Iterator[Callable[..., ScriptedServer]]:
     servers: list[ScriptedServer] = []
 
-    def start(script: Script) -> ScriptedServer:
-        server = ScriptedServer(script)
+    def start(script: Script, *, read_request: bool = True) -> ScriptedServer:
+        server = ScriptedServer(script, read_request=read_request)
         servers.append(server)
         return server
 

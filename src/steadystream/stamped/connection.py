@@ -24,9 +24,9 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -47,11 +47,14 @@ from steadystream.stamped.modes import StampMode
 from steadystream.stamped.rescue import StallRescuer
 from steadystream.stamped.tls import TlsSession
 
-__all__ = ["ResponseHead", "StampedConnection", "Target"]
+__all__ = ["BodySink", "Resolve", "ResponseHead", "StampedConnection", "Target"]
 
 READ_SIZE = 1 << 16
 _HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
+
+Resolve = Callable[[str, int], Awaitable[list[tuple[int, tuple[Any, ...]]]]]
+"""Host and port to ``(family, address)`` pairs; replaces the system resolver (tests)."""
 
 BodySink = Callable[[int, bytes], bool]
 """Takes ``(stamp_ns, body bytes)``; returns True to stop reading (the rest is not wanted)."""
@@ -79,8 +82,7 @@ class Target(NamedTuple):
 
     @property
     def origin(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'https' if self.secure else 'http'}://{host}:{self.port}"
+        return f"{'https' if self.secure else 'http'}://{self.host_header}"
 
     @property
     def host_header(self) -> str:
@@ -153,12 +155,13 @@ class StampedConnection:
         connect_timeout_s: float = 10.0,
         read_timeout_s: float | None = 120.0,
         ssl_context: ssl.SSLContext | None = None,
+        resolve: Resolve | None = None,
     ) -> StampedConnection:
         """Connect (and shake hands, for https); raises :class:`UpstreamConnectError`."""
         where = target.origin
         try:
             async with asyncio.timeout(connect_timeout_s):
-                sock = await _connect(target, where)
+                sock = await _connect(target, where, resolve)
                 tls = None
                 try:
                     if mode is StampMode.KERNEL:
@@ -382,6 +385,9 @@ class StampedConnection:
                 if self._tls is not None:
                     data = self._tls.decrypt(data)
                 self._parser.feed_data(data)
+            except httptools.HttpParserCallbackError as exc:
+                # Raised by our callbacks or the caller's sink: that error, not the parser's.
+                self._fail(exc.__context__ or exc)
             except httptools.HttpParserError as exc:
                 self._fail(ProtocolError(f"the server's response is not valid HTTP/1.1: {exc}"))
             except (ProtocolError, UpstreamStreamError) as exc:
@@ -451,17 +457,21 @@ class StampedConnection:
         self._complete = True
 
 
-async def _connect(target: Target, where: str) -> socket.socket:
+async def _connect(target: Target, where: str, resolve: Resolve | None) -> socket.socket:
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(
-            target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-        )
-    except socket.gaierror as exc:
+        if resolve is not None:
+            addresses = await resolve(target.host, target.port)
+        else:
+            infos = await loop.getaddrinfo(
+                target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+            addresses = [(family, address) for family, _, _, _, address in infos]
+    except OSError as exc:  # socket.gaierror, or a resolver's own OSError
         raise UpstreamConnectError(f"DNS failure: cannot resolve the host of {where}") from exc
     last: OSError | None = None
-    for family, kind, proto, _, address in infos:
-        sock = socket.socket(family, kind, proto)
+    for family, address in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

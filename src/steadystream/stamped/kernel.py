@@ -57,12 +57,24 @@ def stamp_from_ancillary(ancillary: Iterable[tuple[int, int, bytes]]) -> int | N
     return None
 
 
+_KEEPER: list[socket.socket] = []
+
+
 @functools.cache
 def kernel_stamps_available() -> bool:
-    """True when this platform delivers kernel receive stamps on TCP (asked once, loopback)."""
+    """True when this platform delivers kernel receive stamps on TCP (asked once, loopback).
+
+    Linux turns packet stamping on for the whole host while any socket wants it, and turns
+    it on lazily (from a work queue): packets that arrive in between carry no stamp. So the
+    first caller also keeps one stamping socket open for the life of the process, and the
+    probe sends until a stamp comes back (a few tries).
+    """
     if not sys.platform.startswith("linux") or not hasattr(socket.socket, "recvmsg"):
         return False
     try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        enable_stamps(keeper)
+        _KEEPER.append(keeper)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", 0))
             server.listen(1)
@@ -70,9 +82,13 @@ def kernel_stamps_available() -> bool:
                 peer, _ = server.accept()
                 with peer:
                     enable_stamps(client)
-                    peer.sendall(b"x")
-                    _, ancillary, _, _ = client.recvmsg(1, ANCILLARY_SIZE)
-                    return stamp_from_ancillary(ancillary) is not None
+                    for attempt in range(5):
+                        peer.sendall(b"x")
+                        _, ancillary, _, _ = client.recvmsg(1, ANCILLARY_SIZE)
+                        if stamp_from_ancillary(ancillary) is not None:
+                            return True
+                        time.sleep(0.002 * (attempt + 1))
+                    return False
     except OSError:
         return False
 
