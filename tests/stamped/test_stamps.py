@@ -69,7 +69,10 @@ def test_kernel_stamps_keep_each_gap_while_the_reader_is_blocked(serve: object) 
     stamps, writes = run_blocked(serve, StampMode.KERNEL)
     assert len(stamps) == EVENTS
     gaps_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(stamps)]
-    assert all(abs(gap - SPACING_S * 1000) <= 1.0 for gap in gaps_ms), gaps_ms
+    true_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(writes)]
+    assert all(abs(gap - SPACING_S * 1000) <= 5.0 for gap in true_ms), true_ms  # a busy box
+    # Each recorded gap is the sender's gap: 20 ms (±1 ms), not the moment the reader woke.
+    assert all(abs(ours - theirs) <= 1.0 for ours, theirs in zip(gaps_ms, true_ms, strict=True))
     # And each stamp is the write, not the read: within a millisecond of the sender's clock.
     assert all(abs(s - w) <= NS_PER_MS for s, w in zip(stamps, writes, strict=True))
 

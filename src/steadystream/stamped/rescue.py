@@ -9,9 +9,13 @@ reads the waiting sockets itself (``recvmsg`` keeps the kernel's stamp whoever c
 queues the reads for the loop, which parses them in order when it runs again.
 
 Cheap when all is well: the thread wakes every ``poll_s``, sees a fresh heartbeat and
-sleeps; it reads only during stalls. It exits when no connection is open. During a stall
-that holds the GIL (pure Python work) it gets to run only at the interpreter's switch
-interval, so it shortens such a stall's effect rather than removing it.
+sleeps; it reads only during stalls. It exits when no connection is open. It rescues only
+stalls in which the loop's thread has let go of the GIL (a blocking call, a sleep, a
+long C extension call that releases it). A stall spent running Python holds the GIL, and a
+thread reading then would hand it back on every ``recvmsg`` and wait a switch interval
+(5 ms) to get it again: measured, that made the loop lag ten times worse. Such stalls are
+left to the kernel's stamps, exact as long as each stream's next event comes after the
+loop got back to it; events that waited together are counted (``meta.stamps_shared``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ __all__ = ["StallRescuer"]
 
 _STALL_NS = 10_000_000
 _POLL_S = 0.004
+_GIL_BUSY_NS = 3_000_000  # under the 5 ms switch interval a GIL holder keeps it for
 _BACKLOG_LIMIT = 256  # reads queued per connection before the rescuer leaves it to the kernel
 
 
@@ -105,13 +110,19 @@ class StallRescuer:
             self._beating = False
 
     def _run(self) -> None:
+        poll_ns = int(self.poll_s * 1e9)
         while True:
+            asleep = time.monotonic_ns()
             time.sleep(self.poll_s)
+            # Waking needs the GIL. Getting it late means the loop's thread is running
+            # Python: each of our reads would hand the GIL back to it and wait a whole switch
+            # interval to get it again, slowing the loop without saving a stamp.
+            gil_busy = time.monotonic_ns() - asleep - poll_ns > _GIL_BUSY_NS
             with self._lock:
                 if not self._watched:
                     self._thread = None
                     return
-                if time.monotonic_ns() - self._beat_ns <= self.stall_ns:
+                if gil_busy or time.monotonic_ns() - self._beat_ns <= self.stall_ns:
                     continue
                 ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
             for conn in ready:
