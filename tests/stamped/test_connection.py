@@ -225,3 +225,28 @@ def test_https_through_memory_buffers(
     url = server.url.replace("http://", "https://")
     with pytest.raises(UpstreamConnectError, match=r"TLS failure talking to https://127\.0\.0\.1"):
         asyncio.run(exchange(url, mode, ssl_context=wrong))
+
+
+def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
+    bodies = [b"data: %d\n\n" % i for i in range(5)]
+    server = serve(events_script(*(chunked(body) for body in bodies)))
+
+    async def pull() -> list[tuple[int, bytes]]:
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
+        )
+        try:
+            await conn.send("POST", {}, b"{}")
+            pieces = []
+            while True:
+                stamp, data = await conn.next_piece()
+                if not data:
+                    return pieces
+                pieces.append((stamp, data))
+                await asyncio.sleep(0.001)  # a consumer that awaits between pieces
+        finally:
+            conn.close()
+
+    pieces = asyncio.run(pull())
+    assert b"".join(data for _, data in pieces) == b"".join(bodies)
+    assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)

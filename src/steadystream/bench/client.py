@@ -39,7 +39,7 @@ from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import SseEvent, SseItem, StreamRecorder, is_done, parse_chunk
 from steadystream.stamped import ResponseHead, StampedConnection, StampMode, Target
-from steadystream.stamped.connection import Resolve
+from steadystream.stamped.target import Resolve
 from steadystream.timeline import Timeline
 
 __all__ = ["Sent", "StreamClient", "open_session", "resolve_with"]

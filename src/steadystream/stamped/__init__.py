@@ -4,10 +4,11 @@ The edge that reads token streams for the bench client and the gateway's upstrea
 (docs/bench.md, "How arrivals are stamped"). aiohttp stays for calls that need no stamps.
 """
 
-from steadystream.stamped.connection import ResponseHead, StampedConnection, Target
+from steadystream.stamped.connection import StampedConnection
 from steadystream.stamped.kernel import kernel_stamps_available
 from steadystream.stamped.modes import STAMP_CHOICES, StampMode, resolve_stamps
 from steadystream.stamped.rescue import StallRescuer
+from steadystream.stamped.target import ResponseHead, Target
 
 __all__ = [
     "STAMP_CHOICES",

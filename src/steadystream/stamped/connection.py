@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import socket
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Mapping
-from http import HTTPStatus
-from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from collections.abc import Callable, Mapping
 
 import httptools
 
@@ -45,57 +41,25 @@ from steadystream.stamped.kernel import (
 )
 from steadystream.stamped.modes import StampMode
 from steadystream.stamped.rescue import StallRescuer
+from steadystream.stamped.target import (
+    Resolve,
+    ResponseHead,
+    Target,
+    connect,
+    phrase,
+    reason,
+)
 from steadystream.stamped.tls import TlsSession
 
-__all__ = ["BodySink", "Resolve", "ResponseHead", "StampedConnection", "Target"]
+__all__ = ["BodySink", "StampedConnection"]
 
 READ_SIZE = 1 << 16
 _HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
-
-Resolve = Callable[[str, int], Awaitable[list[tuple[int, tuple[Any, ...]]]]]
-"""Host and port to ``(family, address)`` pairs; replaces the system resolver (tests)."""
+_QUEUE_LIMIT = 1 << 18  # body bytes read ahead of a next_piece() caller
 
 BodySink = Callable[[int, bytes], bool]
 """Takes ``(stamp_ns, body bytes)``; returns True to stop reading (the rest is not wanted)."""
-
-
-class Target(NamedTuple):
-    """Where a request goes: scheme, host, port and the request target (path and query)."""
-
-    secure: bool
-    host: str
-    port: int
-    path: str
-
-    @classmethod
-    def from_url(cls, url: str) -> Target:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        secure = parts.scheme == "https"
-        port = parts.port or (443 if secure else 80)
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        return cls(secure, parts.hostname, port, path)
-
-    @property
-    def origin(self) -> str:
-        return f"{'https' if self.secure else 'http'}://{self.host_header}"
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = 443 if self.secure else 80
-        return host if self.port == default else f"{host}:{self.port}"
-
-
-class ResponseHead(NamedTuple):
-    status: int
-    reason: str
-    headers: dict[str, str]  # names lower-cased; a repeated header keeps its last value
-    header_ns: int  # the stamp of the read that completed the head
 
 
 class StampedConnection:
@@ -135,6 +99,8 @@ class StampedConnection:
         self._early: list[tuple[int, bytes]] = []
         self._early_bytes = 0
         self._sink: BodySink | None = None
+        self._queued: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._queued_bytes = 0
         self._complete = False
         self._stopped = False
         self._waiter: asyncio.Future[None] | None = None
@@ -161,7 +127,7 @@ class StampedConnection:
         where = target.origin
         try:
             async with asyncio.timeout(connect_timeout_s):
-                sock = await _connect(target, where, resolve)
+                sock = await connect(target, where, resolve)
                 tls = None
                 try:
                     if mode is StampMode.KERNEL:
@@ -193,7 +159,7 @@ class StampedConnection:
             else:
                 await self._loop.sock_sendall(self._sock, request)
         except OSError as exc:
-            raise UpstreamStreamError(f"request failed: {_reason(exc)}") from exc
+            raise UpstreamStreamError(f"request failed: {reason(exc)}") from exc
         sent = self.clock.now_ns()
         self._start_reading()
         return sent
@@ -225,6 +191,37 @@ class StampedConnection:
             while not self._ended:
                 await self._wait()
         return self._stamp
+
+    async def next_piece(self) -> tuple[int, bytes]:
+        """The next piece of the body and its stamp; ``(stamp, b"")`` once the body ended.
+
+        For a reader that awaits between pieces (the gateway hands each on before it reads
+        the next): pieces wait here, and past ``_QUEUE_LIMIT`` bytes the socket is left to
+        the kernel until they are taken, so a slow consumer slows the upstream, not memory.
+        Raises as :meth:`stream_body` does.
+        """
+        if self._sink is None:
+            await self.head()
+            self._sink = self._enqueue
+            early, self._early = self._early, []
+            for stamp, data in early:
+                self._enqueue(stamp, data)
+        queued = self._queued
+        while not queued:
+            if self._ended:
+                return self._stamp, b""
+            self._start_reading()
+            await self._wait()
+        stamp, data = queued.popleft()
+        self._queued_bytes -= len(data)
+        return stamp, data
+
+    def _enqueue(self, stamp: int, data: bytes) -> bool:
+        self._queued.append((stamp, data))
+        self._queued_bytes += len(data)
+        if self._queued_bytes > _QUEUE_LIMIT:
+            self._stop_reading()
+        return False
 
     async def read_body(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (an error message), then stop."""
@@ -352,7 +349,7 @@ class StampedConnection:
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError as exc:
-                self._pending.append((-1, _reason(exc).encode()))
+                self._pending.append((-1, reason(exc).encode()))
                 return True
             self._pending.append((stamp, data))
             return True
@@ -438,7 +435,7 @@ class StampedConnection:
         self._framed = (
             "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
         )
-        reason = _phrase(status)
+        reason = phrase(status)
         self._head = ResponseHead(status, reason, headers, self._stamp)
 
     def on_body(self, body: bytes) -> None:
@@ -455,46 +452,3 @@ class StampedConnection:
 
     def on_message_complete(self) -> None:
         self._complete = True
-
-
-async def _connect(target: Target, where: str, resolve: Resolve | None) -> socket.socket:
-    loop = asyncio.get_running_loop()
-    try:
-        if resolve is not None:
-            addresses = await resolve(target.host, target.port)
-        else:
-            infos = await loop.getaddrinfo(
-                target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-            )
-            addresses = [(family, address) for family, _, _, _, address in infos]
-    except OSError as exc:  # socket.gaierror, or a resolver's own OSError
-        raise UpstreamConnectError(f"DNS failure: cannot resolve the host of {where}") from exc
-    last: OSError | None = None
-    for family, address in addresses:
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(sock, address)
-        except OSError as exc:
-            sock.close()
-            last = exc
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    reason = _reason(last) if last is not None else "no address"
-    raise UpstreamConnectError(f"cannot connect to {where}: {reason}") from last
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-def _reason(exc: OSError) -> str:
-    # asyncio words a refusal "Connect call failed (...)"; the errno says what happened.
-    return os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc) or type(exc).__name__)
