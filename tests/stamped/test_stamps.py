@@ -7,17 +7,11 @@ import itertools
 import socket
 import time
 
-import pytest
-
 from steadystream._clock import NS_PER_MS, MonotonicClock
 from steadystream.protocol import SseDecoder, SseEvent
-from steadystream.stamped import StampedConnection, StampMode, Target, kernel_stamps_available
+from steadystream.stamped import StampedConnection, StampMode, Target
 
 from .conftest import SSE_HEAD, Script, ScriptedServer, chunked
-
-needs_kernel = pytest.mark.skipif(
-    not kernel_stamps_available(), reason="this platform gives no kernel receive stamps"
-)
 
 EVENTS = 5
 SPACING_S = 0.020
@@ -64,7 +58,6 @@ def run_blocked(serve: object, mode: StampMode) -> tuple[list[int], list[int]]:
     return stamps, server.write_ns
 
 
-@needs_kernel
 def test_kernel_stamps_keep_each_gap_while_the_reader_is_blocked(serve: object) -> None:
     stamps, writes = run_blocked(serve, StampMode.KERNEL)
     assert len(stamps) == EVENTS

@@ -87,7 +87,6 @@ class StampedConnection:
         self._parser = httptools.HttpResponseParser(self)
         self._pending: collections.deque[tuple[int, bytes]] = collections.deque()
         self._lock = threading.Lock()  # the read and its queueing, shared with the rescuer
-        self._drain_scheduled = False
         self._reading = False
         self._closed = False
         self._stamp = 0
@@ -354,18 +353,12 @@ class StampedConnection:
             self._pending.append((stamp, data))
             return True
 
-    def drain_soon(self) -> None:
-        """Called from the rescuer's thread: have the loop process what it queued."""
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            self._loop.call_soon_threadsafe(self._drain)
-
     def _on_readable(self) -> None:
         if self.pull():
-            self._drain()
+            self.drain()
 
-    def _drain(self) -> None:
-        self._drain_scheduled = False
+    def drain(self) -> None:
+        """Parse the queued reads in order (on the loop; the rescuer schedules it too)."""
         pending = self._pending
         if self._read_timeout_s is not None and pending:
             self._last_activity = self._loop.time()
