@@ -10,7 +10,9 @@ write time is the write, not when an event loop got round to it (the lab stamps 
 ASGI send returns, which on a busy machine can be late by the time the woken reader runs).
 
 Each finished stream is appended to ``--record`` as one JSON line:
-``{"request_id": ..., "written_ns": [...]}`` (content events only, perf_counter_ns).
+``{"request_id": ..., "written_ns": [...], "started_ns": [...]}`` (content events only,
+perf_counter_ns when each send returned and just before it began: on a busy machine the
+sender can be descheduled on either side of the call, so the write lies in between).
 ``GET /healthz`` answers 200. Requests are parsed with httptools.
 """
 
@@ -64,6 +66,7 @@ class Stream:
         self.sock = sock
         self.request_id = request_id
         self.written: list[int] = []
+        self.started: list[int] = []  # just before each send: the write lies in between
 
 
 def serve(port: int, tokens: int, cadence_ns: int, record: Path) -> None:
@@ -164,8 +167,10 @@ def tick(
     alive = []
     for stream in streams:
         try:
+            before = time.perf_counter_ns()
             stream.sock.sendall(event)
             stream.written.append(time.perf_counter_ns())  # the write, stamped as it returns
+            stream.started.append(before)
             if len(stream.written) < tokens:
                 alive.append(stream)
                 continue
@@ -173,7 +178,11 @@ def tick(
         except OSError:
             pass
         stream.sock.close()
-        line = {"request_id": stream.request_id, "written_ns": stream.written}
+        line = {
+            "request_id": stream.request_id,
+            "written_ns": stream.written,
+            "started_ns": stream.started,
+        }
         out.write(json.dumps(line) + "\n")
         out.flush()
     return alive

@@ -13,8 +13,10 @@ and can be late by milliseconds on a busy machine. The bench client runs here, o
 closed loop of N streams whose slots open over the ramp, one request each, every stream
 ``--tokens`` long. Each client gap between consecutive content events is paired with the
 sender's gap between the same two writes (same request id, same event index); the error is
-their absolute difference. The stamp modes run one after the other at each load, so their
-figures sit side by side from the same minutes of the same machine.
+their absolute difference (and, beside it, how far the client's gap falls outside the range
+the sender's send-call windows allow: a sender descheduled around its own send). The stamp
+modes run one after the other at each load, so their figures sit side by side from the same
+minutes of the same machine.
 
 Printed per load: p50, p99 and max of the error, the share of streams the client flagged
 (loop lag over 5 ms while open), the client's loop lag, and the first load where the p99
@@ -84,6 +86,8 @@ class Level:
     error_p50_ms: float
     error_p99_ms: float
     error_max_ms: float
+    beyond_send_p99_ms: float  # the error beyond the sender's own send-call window
+    beyond_send_max_ms: float
     flagged_share: float
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
@@ -122,14 +126,21 @@ def raw_sender(tokens: int, record: Path) -> Iterator[str]:
         yield url
 
 
-def true_writes(sender: str, record: Path) -> dict[str, np.ndarray]:
-    """Each request id's content-event write times, on the sender's monotonic clock."""
+def true_writes(sender: str, record: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each request id's content-event writes: when each send began and when it returned.
+
+    The lab records one instant per write (after its send returned), given as both.
+    """
     if sender == "lab":
-        return {t.stream_id: t.times[t.text_mask] for t in read_jsonl(record).timelines}
+        return {
+            t.stream_id: (t.times[t.text_mask], t.times[t.text_mask])
+            for t in read_jsonl(record).timelines
+        }
     writes = {}
     for line in record.read_text().splitlines():
         entry = json.loads(line)
-        writes[entry["request_id"]] = np.asarray(entry["written_ns"], dtype=np.int64)
+        written = np.asarray(entry["written_ns"], dtype=np.int64)
+        writes[entry["request_id"]] = (np.asarray(entry["started_ns"], dtype=np.int64), written)
     return writes
 
 
@@ -162,20 +173,26 @@ def measure(
         cpu_after = resource.getrusage(resource.RUSAGE_SELF)
         time.sleep(0.5)  # the sender records each request once it has written its end
     truth = true_writes(sender, record)
-    errors, true_gaps, client_gaps = [], [], []
+    errors, beyond, true_gaps, client_gaps = [], [], [], []
     events = 0
     for timeline in result.timelines:
         events += len(timeline)
-        written = truth.get(timeline.stream_id)
-        if written is None:
+        writes = truth.get(timeline.stream_id)
+        if writes is None:
             continue
+        started, written = writes
         seen = timeline.times[timeline.text_mask]
         n = min(len(seen), len(written))
         theirs, ours = np.diff(written[:n]), np.diff(seen[:n])
         errors.append(np.abs(ours - theirs))
+        # The true gap lies between the shortest and longest the send windows allow.
+        shortest = started[1:n] - written[: n - 1]
+        longest = written[1:n] - started[: n - 1]
+        beyond.append(np.maximum(0, np.maximum(shortest - ours, ours - longest)))
         true_gaps.append(theirs)
         client_gaps.append(ours)
     error = np.concatenate(errors) / MS
+    outside = np.concatenate(beyond) / MS
     true_all, client_all = np.concatenate(true_gaps) / MS, np.concatenate(client_gaps) / MS
     flagged = sum(1 for t in result.timelines if t.meta.get("client_lagged"))
     shared = sum(int(t.meta.get("stamps_shared", 0)) for t in result.timelines)
@@ -188,6 +205,8 @@ def measure(
         error_p50_ms=float(np.percentile(error, 50)),
         error_p99_ms=float(np.percentile(error, 99)),
         error_max_ms=float(error.max()),
+        beyond_send_p99_ms=float(np.percentile(outside, 99)),
+        beyond_send_max_ms=float(outside.max()),
         flagged_share=flagged / max(1, len(result.timelines)),
         loop_lag_p99_ms=result.loop_lag.p99_ms,
         loop_lag_max_ms=result.loop_lag.max_ms,
@@ -308,7 +327,9 @@ def main() -> None:
                 print(
                     f"{streams:>5} streams, {stamps:>6} stamps: |client gap - true gap| p50 "
                     f"{level.error_p50_ms:.3f} ms, p99 {level.error_p99_ms:.3f} ms, max "
-                    f"{level.error_max_ms:.2f} ms over {level.paired_gaps} gaps; flagged "
+                    f"{level.error_max_ms:.2f} ms over {level.paired_gaps} gaps (beyond the "
+                    f"send window p99 {level.beyond_send_p99_ms:.3f}, max "
+                    f"{level.beyond_send_max_ms:.2f} ms); flagged "
                     f"{level.flagged_share:.1%}; shared stamps {level.stamps_shared}; loop lag "
                     f"p99 {level.loop_lag_p99_ms or 0:.2f} ms, max {level.loop_lag_max_ms or 0:.1f}"
                     f" ms; client CPU {level.client_cpu_us_per_event:.1f} us/event "

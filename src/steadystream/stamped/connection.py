@@ -354,6 +354,9 @@ class StampedConnection:
             return True
 
     def _on_readable(self) -> None:
+        rescuer = self._rescuer
+        if rescuer is not None:
+            rescuer.loop_reads += 1
         if self.pull():
             self.drain()
 

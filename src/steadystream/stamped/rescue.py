@@ -15,7 +15,9 @@ long C extension call that releases it). A stall spent running Python holds the 
 thread reading then would hand it back on every ``recvmsg`` and wait a switch interval
 (5 ms) to get it again: measured, that made the loop lag ten times worse. Such stalls are
 left to the kernel's stamps, exact as long as each stream's next event comes after the
-loop got back to it; events that waited together are counted (``meta.stamps_shared``).
+loop got back to it; events that waited together are counted (``meta.stamps_shared``). So
+is a stall in which the loop keeps reading (a burst of many streams' events): it lets go
+of the GIL on every socket call, and a thread reading beside it would only contend.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class StallRescuer:
         self.stall_ns = stall_ns
         self.poll_s = poll_s
         self.rescued_reads = 0
+        self.loop_reads = 0  # reads the loop did itself (counted by the connections)
         self._watched: dict[int, Drainable] = {}
         self._lock = threading.Lock()
         self._poller = select.epoll()
@@ -111,6 +114,7 @@ class StallRescuer:
 
     def _run(self) -> None:
         poll_ns = int(self.poll_s * 1e9)
+        seen_reads = self.loop_reads
         while True:
             asleep = time.monotonic_ns()
             time.sleep(self.poll_s)
@@ -118,11 +122,16 @@ class StallRescuer:
             # Python: each of our reads would hand the GIL back to it and wait a whole switch
             # interval to get it again, slowing the loop without saving a stamp.
             gil_busy = time.monotonic_ns() - asleep - poll_ns > _GIL_BUSY_NS
+            # A loop working through a burst lets go of the GIL on every socket call, so the
+            # GIL alone does not tell it from a blocked one; the reads it did since our last
+            # look do.
+            working, seen_reads = self.loop_reads != seen_reads, self.loop_reads
             with self._lock:
                 if not self._watched:
                     self._thread = None
                     return
-                if gil_busy or time.monotonic_ns() - self._beat_ns <= self.stall_ns:
+                stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
+                if gil_busy or working or not stale:
                     continue
                 ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
             rescued = [
