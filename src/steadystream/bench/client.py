@@ -216,8 +216,9 @@ class StreamClient:
         if reader.done() and not reader.cancelled():
             state.end_ns = reader.result()  # the stream ended first: raise what it raised
             return
+        closed = self.clock.now_ns()  # stamped before the close the server will notice
         conn.close()
-        state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
+        state.finish(closed, Outcome.CANCELLED, state.cancel_reason())
 
 
 class _State:
