@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from steadystream._clock import MonotonicClock
 from steadystream._exceptions import ProtocolError, UpstreamConnectError, UpstreamStreamError
@@ -123,15 +124,25 @@ def reset(peer: socket.socket) -> None:
     peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
-def test_reset_mid_stream_and_before_the_head(serve: Serve) -> None:
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_reset_mid_stream_is_reported(serve: Serve, mode: StampMode, loop: str) -> None:
+    # uvloop's add_reader never calls back for a reset socket: the rescuer's thread sees it.
     def mid(peer: socket.socket) -> None:
         peer.sendall(SSE_HEAD + chunked(b"data: 1\n\n"))
         time.sleep(0.02)
         reset(peer)
 
     server = serve(mid)
-    with pytest.raises(UpstreamStreamError, match=r"connection lost mid-stream: .*reset"):
-        asyncio.run(exchange(server.url, StampMode.KERNEL))
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with (
+        asyncio.Runner(loop_factory=factory) as runner,
+        pytest.raises(UpstreamStreamError, match=r"connection lost mid-stream: .*reset"),
+    ):
+        runner.run(exchange(server.url, mode, read_timeout_s=2.0))
+
+
+def test_a_reset_or_a_close_before_the_head(serve: Serve) -> None:
     server = serve(lambda peer: None)  # closes without a word
     with pytest.raises(UpstreamStreamError, match="closed the connection without answering"):
         asyncio.run(exchange(server.url, StampMode.KERNEL))

@@ -293,9 +293,9 @@ class StampedConnection:
             self._timer = self._loop.call_at(
                 self._last_activity + self._read_timeout_s, self._check_timeout
             )
-        if self.mode is StampMode.KERNEL and self._rescuer is None:
+        if self._rescuer is None:
             self._rescuer = StallRescuer.for_loop(self._loop)
-            self._rescuer.watch(self)
+            self._rescuer.watch(self, rescue=self.mode is StampMode.KERNEL)
 
     def _stop_reading(self) -> None:
         if self._reading:

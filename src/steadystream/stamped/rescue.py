@@ -1,5 +1,7 @@
 """Keep kernel stamps exact while the event loop is stalled: drain sockets from a thread.
 
+(The same thread also reports resets that uvloop's ``add_reader`` would never call back for.)
+
 A kernel stamp belongs to the newest segment a read copied from, and segments that wait
 together in a receive queue are merged under the newest stamp. While the event loop keeps
 up, every event is read before the next one arrives and its stamp is exact. When the loop
@@ -23,6 +25,7 @@ of the GIL on every socket call, and a thread reading beside it would only conte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import select
 import threading
 import time
@@ -69,7 +72,8 @@ class StallRescuer:
         self.loop_reads = 0  # reads the loop did itself (counted by the connections)
         self._watched: dict[int, Drainable] = {}
         self._lock = threading.Lock()
-        self._poller = select.epoll()
+        self._poller = select.epoll()  # kernel-stamped connections: what is readable
+        self._errors = select.epoll()  # every connection: reset or hung up (mask 0)
         self._beat_ns = time.monotonic_ns()
         self._thread: threading.Thread | None = None
         self._beating = False
@@ -81,14 +85,14 @@ class StallRescuer:
             rescuer = cls._by_loop[loop] = cls(loop)
         return rescuer
 
-    def watch(self, conn: Drainable) -> None:
+    def watch(self, conn: Drainable, *, rescue: bool) -> None:
+        """Watch ``conn`` for a reset; with ``rescue``, also read it while the loop stalls."""
         fd = conn.fileno()
         with self._lock:
             self._watched[fd] = conn
-            try:
-                self._poller.register(fd, select.EPOLLIN)
-            except FileExistsError:  # a closed connection's number, reused
-                self._poller.modify(fd, select.EPOLLIN)
+            _register(self._errors, fd, 0)  # epoll reports errors and hang-ups whatever the mask
+            if rescue:
+                _register(self._poller, fd, select.EPOLLIN)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="steadystream-stall-rescuer", daemon=True
@@ -103,7 +107,9 @@ class StallRescuer:
         with self._lock:
             if self._watched.get(fd) is conn:
                 del self._watched[fd]
-                self._poller.unregister(fd)
+                for poller in (self._poller, self._errors):
+                    with contextlib.suppress(OSError):
+                        poller.unregister(fd)
 
     def _beat(self) -> None:
         self._beat_ns = time.monotonic_ns()
@@ -130,11 +136,18 @@ class StallRescuer:
                 if not self._watched:
                     self._thread = None
                     return
+                # uvloop's add_reader never calls back for a socket the peer reset (libuv
+                # stops the poll on the error): read those here, so the reset is reported.
+                broken = []
+                for fd, _ in self._errors.poll(0):
+                    self._errors.unregister(fd)
+                    broken.append(self._watched.get(fd))
                 stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
-                if gil_busy or working or not stale:
-                    continue
-                ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
-            rescued = [
+                ready = []
+                if stale and not gil_busy and not working:
+                    ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
+            rescued = [conn for conn in broken if conn is not None and conn.pull()]
+            rescued += [
                 conn
                 for conn in ready
                 if conn is not None and conn.backlog < _BACKLOG_LIMIT and conn.pull()
@@ -142,7 +155,20 @@ class StallRescuer:
             if rescued:
                 self.rescued_reads += len(rescued)
                 # One wake-up of the loop per round, not one per connection.
-                self.loop.call_soon_threadsafe(_drain_all, rescued)
+                try:
+                    self.loop.call_soon_threadsafe(_drain_all, rescued)
+                except RuntimeError:  # the loop was closed with connections left open
+                    with self._lock:
+                        self._watched.clear()
+                        self._thread = None
+                    return
+
+
+def _register(poller: select.epoll, fd: int, mask: int) -> None:
+    try:
+        poller.register(fd, mask)
+    except FileExistsError:  # a closed connection's number, reused
+        poller.modify(fd, mask)
 
 
 def _drain_all(conns: list[Drainable]) -> None:
