@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import aiohttp
+import numpy as np
 import orjson
 
 from steadystream._clock import Clock
@@ -237,7 +238,7 @@ class _State:
         "clock_step_ns",
         "end_ns",
         "last_stamp",
-        "late_shared",
+        "late_stamps",
         "max_tokens",
         "reads",
         "recorder",
@@ -272,7 +273,7 @@ class _State:
         self.clock_step_ns = 0
         self.last_stamp = -1
         self.stamp_events = 0  # events completed so far under last_stamp
-        self.late_shared = 0  # events that shared a stamp in a read the loop took late
+        self.late_stamps: set[int] = set()  # stamps several events shared in late reads
 
     @property
     def sent_ns(self) -> int:
@@ -304,7 +305,7 @@ class _State:
         else:
             self.last_stamp, self.stamp_events = stamp, events
         if self.stamp_events > 1 and self.client.clock.now_ns() - stamp > LAG_FLAG_NS:
-            self.late_shared += events
+            self.late_stamps.add(stamp - self.sent_ns)
 
     def response_headers(self, now_ns: int, status: int) -> None:
         self.start_recording().headers(now_ns)
@@ -335,7 +336,7 @@ class _State:
         meta = self.timeline.meta
         meta["send_ms"] = round((self.sent_ns - self.begin_ns) / 1e6, 3)
         meta["stamps"] = self.client.stamps.value
-        meta["stamps_shared"] = self.late_shared
+        meta["stamps_shared"] = _shared(self.timeline, self.late_stamps)
         if abs(self.clock_step_ns) > 1_000_000:
             meta["clock_step_ms"] = round(self.clock_step_ns / 1e6, 3)
         meta["usage_requested"] = USAGE_LEVELS[level]
@@ -347,6 +348,19 @@ class _State:
         if self.cancel is not None:
             meta["cancel_after"] = self.cancel.describe()
         return Sent(self.timeline, self.sent_ns)
+
+
+def _shared(timeline: Timeline, late_stamps: set[int]) -> int:
+    """Text events that share a late read's stamp with the text event before them.
+
+    Only gaps between text events are measured; a usage chunk or ``[DONE]`` that came in
+    the same read as the last token costs nothing.
+    """
+    if not late_stamps:
+        return 0
+    times = timeline.times[timeline.text_mask]
+    same = np.flatnonzero(times[1:] == times[:-1]) + 1
+    return sum(1 for i in same if int(times[i]) in late_stamps)
 
 
 async def _refusal(conn: StampedConnection, head: ResponseHead) -> str | None:
