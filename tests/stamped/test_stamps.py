@@ -63,7 +63,7 @@ def test_kernel_stamps_keep_each_gap_while_the_reader_is_blocked(serve: object) 
     assert len(stamps) == EVENTS
     gaps_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(stamps)]
     true_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(writes)]
-    assert all(abs(gap - SPACING_S * 1000) <= 5.0 for gap in true_ms), true_ms  # a busy box
+    assert all(abs(gap - SPACING_S * 1000) <= 10.0 for gap in true_ms), true_ms  # a busy box
     # Each recorded gap is the sender's gap: 20 ms (±1 ms), not the moment the reader woke.
     assert all(abs(ours - theirs) <= 1.0 for ours, theirs in zip(gaps_ms, true_ms, strict=True))
     # And each stamp is the write, not the read: within a millisecond of the sender's clock.

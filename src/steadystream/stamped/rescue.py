@@ -10,9 +10,11 @@ share one stamp. So while the loop's heartbeat is late by more than ``stall_ns``
 reads the waiting sockets itself (``recvmsg`` keeps the kernel's stamp whoever calls it) and
 queues the reads for the loop, which parses them in order when it runs again.
 
-Cheap when all is well: the thread wakes every ``poll_s``, sees a fresh heartbeat and
-sleeps; it reads only during stalls. It exits when no connection is open. It rescues only
-stalls in which the loop's thread has let go of the GIL (a blocking call, a sleep, a
+Free when all is well: the thread sleeps in the kernel on a timer the loop's heartbeat keeps
+pushing back (:mod:`steadystream.stamped.deadline`), and on the watched sockets' errors; it
+wakes only when the loop misses its heartbeat by ``stall_ns`` (then it looks every
+``poll_s`` until the loop is back) or a socket breaks. It exits when no connection is open.
+It rescues only stalls in which the loop's thread has let go of the GIL (a blocking call, a sleep, a
 long C extension call that releases it). A stall spent running Python holds the GIL, and a
 thread reading then would hand it back on every ``recvmsg`` and wait a switch interval
 (5 ms) to get it again: measured, that made the loop lag ten times worse. Such stalls are
@@ -31,6 +33,8 @@ import threading
 import time
 import weakref
 from typing import ClassVar, Protocol
+
+from steadystream.stamped.deadline import DeadlineTimer
 
 __all__ = ["StallRescuer"]
 
@@ -77,6 +81,10 @@ class StallRescuer:
         self._beat_ns = time.monotonic_ns()
         self._thread: threading.Thread | None = None
         self._beating = False
+        try:
+            self._timer: DeadlineTimer | None = DeadlineTimer()
+        except (OSError, AttributeError):  # no timerfd: the thread looks every poll_s instead
+            self._timer = None
 
     @classmethod
     def for_loop(cls, loop: asyncio.AbstractEventLoop) -> StallRescuer:
@@ -113,15 +121,42 @@ class StallRescuer:
 
     def _beat(self) -> None:
         self._beat_ns = time.monotonic_ns()
+        if self._timer is not None:
+            self._timer.arm(self.stall_ns)
         if self._watched:
             self.loop.call_later(self.poll_s, self._beat)
         else:
             self._beating = False
 
     def _run(self) -> None:
+        timer = self._timer
+        waiter = select.epoll()
+        waiter.register(self._errors.fileno(), select.EPOLLIN)
+        if timer is not None:
+            waiter.register(timer.fileno(), select.EPOLLIN)
+        try:
+            while self._round(waiter):
+                pass
+        finally:
+            waiter.close()
+
+    def _round(self, waiter: select.epoll) -> bool:
+        """Wait for a missed heartbeat or a broken socket, then act; False once done."""
+        timer = self._timer
+        if timer is None:  # no timerfd (and no kernel stamps to rescue): errors only
+            time.sleep(self.poll_s)
+        else:
+            # Asleep in the kernel, without the GIL, until the loop misses its heartbeat.
+            fired = waiter.poll(1.0)
+            if any(fd == timer.fileno() for fd, _ in fired):
+                timer.clear()
+                self._rescue_while_stalled()
+        return self._look(gil_busy=False, working=True)
+
+    def _rescue_while_stalled(self) -> None:
         poll_ns = int(self.poll_s * 1e9)
         seen_reads = self.loop_reads
-        while True:
+        while time.monotonic_ns() - self._beat_ns > self.stall_ns:
             asleep = time.monotonic_ns()
             time.sleep(self.poll_s)
             # Waking needs the GIL. Getting it late means the loop's thread is running
@@ -132,36 +167,42 @@ class StallRescuer:
             # GIL alone does not tell it from a blocked one; the reads it did since our last
             # look do.
             working, seen_reads = self.loop_reads != seen_reads, self.loop_reads
-            with self._lock:
-                if not self._watched:
+            if not self._look(gil_busy=gil_busy, working=working):
+                return
+
+    def _look(self, *, gil_busy: bool, working: bool) -> bool:
+        """Report broken sockets; rescue readable ones if the loop is stalled and idle."""
+        with self._lock:
+            if not self._watched:
+                self._thread = None
+                return False
+            # uvloop's add_reader never calls back for a socket the peer reset (libuv
+            # stops the poll on the error): read those here, so the reset is reported.
+            broken = []
+            for fd, _ in self._errors.poll(0):
+                self._errors.unregister(fd)
+                broken.append(self._watched.get(fd))
+            stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
+            ready = []
+            if stale and not gil_busy and not working:
+                ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
+        rescued = [conn for conn in broken if conn is not None and conn.pull()]
+        rescued += [
+            conn
+            for conn in ready
+            if conn is not None and conn.backlog < _BACKLOG_LIMIT and conn.pull()
+        ]
+        if rescued:
+            self.rescued_reads += len(rescued)
+            # One wake-up of the loop per round, not one per connection.
+            try:
+                self.loop.call_soon_threadsafe(_drain_all, rescued)
+            except RuntimeError:  # the loop was closed with connections left open
+                with self._lock:
+                    self._watched.clear()
                     self._thread = None
-                    return
-                # uvloop's add_reader never calls back for a socket the peer reset (libuv
-                # stops the poll on the error): read those here, so the reset is reported.
-                broken = []
-                for fd, _ in self._errors.poll(0):
-                    self._errors.unregister(fd)
-                    broken.append(self._watched.get(fd))
-                stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
-                ready = []
-                if stale and not gil_busy and not working:
-                    ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
-            rescued = [conn for conn in broken if conn is not None and conn.pull()]
-            rescued += [
-                conn
-                for conn in ready
-                if conn is not None and conn.backlog < _BACKLOG_LIMIT and conn.pull()
-            ]
-            if rescued:
-                self.rescued_reads += len(rescued)
-                # One wake-up of the loop per round, not one per connection.
-                try:
-                    self.loop.call_soon_threadsafe(_drain_all, rescued)
-                except RuntimeError:  # the loop was closed with connections left open
-                    with self._lock:
-                        self._watched.clear()
-                        self._thread = None
-                    return
+                return False
+        return True
 
 
 def _register(poller: select.epoll, fd: int, mask: int) -> None:
