@@ -248,7 +248,7 @@ def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
         )
         try:
             await conn.send("POST", {}, b"{}")
-            pieces = []
+            pieces: list[tuple[int, bytes]] = []
             while True:
                 stamp, data = await conn.next_piece()
                 if not data:

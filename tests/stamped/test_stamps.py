@@ -63,11 +63,15 @@ def test_kernel_stamps_keep_each_gap_while_the_reader_is_blocked(serve: object) 
     assert len(stamps) == EVENTS
     gaps_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(stamps)]
     true_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(writes)]
-    assert all(abs(gap - SPACING_S * 1000) <= 10.0 for gap in true_ms), true_ms  # a busy box
+    # The sender is a thread of this process: on a busy machine its sleeps run long, so the
+    # true gaps are what it wrote (20 ms or more), and those are what must be recorded.
+    assert all(gap >= SPACING_S * 1000 - 1.0 for gap in true_ms), true_ms
     # Each recorded gap is the sender's gap: 20 ms (±1 ms), not the moment the reader woke.
-    assert all(abs(ours - theirs) <= 1.0 for ours, theirs in zip(gaps_ms, true_ms, strict=True))
+    pairs = list(zip(gaps_ms, true_ms, strict=True))
+    assert all(abs(ours - theirs) <= 1.0 for ours, theirs in pairs), pairs
     # And each stamp is the write, not the read: within a millisecond of the sender's clock.
-    assert all(abs(s - w) <= NS_PER_MS for s, w in zip(stamps, writes, strict=True))
+    late = [(s - w) / NS_PER_MS for s, w in zip(stamps, writes, strict=True)]
+    assert all(abs(ms) <= 1.0 for ms in late), late
 
 
 def test_user_stamps_lose_the_gaps_while_the_reader_is_blocked(serve: object) -> None:

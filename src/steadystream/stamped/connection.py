@@ -57,6 +57,7 @@ READ_SIZE = 1 << 16
 _HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
 _QUEUE_LIMIT = 1 << 18  # body bytes read ahead of a next_piece() caller
+_RESCUE_BACKLOG = 64  # reads the rescuer may queue for a stalled loop (64 KiB each at most)
 
 BodySink = Callable[[int, bytes], bool]
 """Takes ``(stamp_ns, body bytes)``; returns True to stop reading (the rest is not wanted)."""
@@ -244,9 +245,9 @@ class StampedConnection:
         return self._sock.fileno()
 
     @property
-    def backlog(self) -> int:
-        """Reads queued for the loop and not yet parsed."""
-        return len(self._pending)
+    def wants_rescue(self) -> bool:
+        """Few reads queued, and no reader that asked the socket to wait (a full queue)."""
+        return len(self._pending) < _RESCUE_BACKLOG and self._queued_bytes <= _QUEUE_LIMIT
 
     def close(self) -> None:
         if self._closed:
@@ -288,6 +289,8 @@ class StampedConnection:
             return
         self._reading = True
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        if self._pending:  # read while paused (by the rescuer): parse it now, not on new bytes
+            self._loop.call_soon(self.drain)
         if self._read_timeout_s is not None:
             self._last_activity = self._loop.time()
             self._timer = self._loop.call_at(

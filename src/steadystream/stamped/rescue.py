@@ -14,14 +14,11 @@ Free when all is well: the thread sleeps in the kernel on a timer the loop's hea
 pushing back (:mod:`steadystream.stamped.deadline`), and on the watched sockets' errors; it
 wakes only when the loop misses its heartbeat by ``stall_ns`` (then it looks every
 ``poll_s`` until the loop is back) or a socket breaks. It exits when no connection is open.
-It rescues only stalls in which the loop's thread has let go of the GIL (a blocking call, a sleep, a
-long C extension call that releases it). A stall spent running Python holds the GIL, and a
-thread reading then would hand it back on every ``recvmsg`` and wait a switch interval
-(5 ms) to get it again: measured, that made the loop lag ten times worse. Such stalls are
-left to the kernel's stamps, exact as long as each stream's next event comes after the
-loop got back to it; events that waited together are counted (``meta.stamps_shared``). So
-is a stall in which the loop keeps reading (a burst of many streams' events): it lets go
-of the GIL on every socket call, and a thread reading beside it would only contend.
+It stays out of a loop that is late but working through a burst of reads: that loop lets go
+of the GIL on every socket call, and a thread reading beside it would only contend (tried:
+the client's lag grew). A stall spent running Python holds the GIL; the thread then reads
+only at the interpreter's switch interval (5 ms), which still beats a merged stamp. Events
+that waited together anyway are counted (``meta.stamps_shared``).
 """
 
 from __future__ import annotations
@@ -40,8 +37,6 @@ __all__ = ["StallRescuer"]
 
 _STALL_NS = 15_000_000  # well under the 50 ms between a stream's events at 20 a second
 _POLL_S = 0.008
-_GIL_BUSY_NS = 3_000_000  # under the 5 ms switch interval a GIL holder keeps it for
-_BACKLOG_LIMIT = 256  # reads queued per connection before the rescuer leaves it to the kernel
 
 
 class Drainable(Protocol):
@@ -52,7 +47,7 @@ class Drainable(Protocol):
     def drain(self) -> None: ...
 
     @property
-    def backlog(self) -> int: ...
+    def wants_rescue(self) -> bool: ...
 
 
 class StallRescuer:
@@ -151,26 +146,20 @@ class StallRescuer:
             if any(fd == timer.fileno() for fd, _ in fired):
                 timer.clear()
                 self._rescue_while_stalled()
-        return self._look(gil_busy=False, working=True)
+        return self._look(working=True)
 
     def _rescue_while_stalled(self) -> None:
-        poll_ns = int(self.poll_s * 1e9)
         seen_reads = self.loop_reads
         while time.monotonic_ns() - self._beat_ns > self.stall_ns:
-            asleep = time.monotonic_ns()
-            time.sleep(self.poll_s)
-            # Waking needs the GIL. Getting it late means the loop's thread is running
-            # Python: each of our reads would hand the GIL back to it and wait a whole switch
-            # interval to get it again, slowing the loop without saving a stamp.
-            gil_busy = time.monotonic_ns() - asleep - poll_ns > _GIL_BUSY_NS
-            # A loop working through a burst lets go of the GIL on every socket call, so the
-            # GIL alone does not tell it from a blocked one; the reads it did since our last
-            # look do.
+            # A loop working through a burst (reading all the while) is late but not stalled:
+            # reading beside it would only contend for the GIL, which it lets go of on every
+            # socket call. A loop that read nothing since our last look is stalled.
             working, seen_reads = self.loop_reads != seen_reads, self.loop_reads
-            if not self._look(gil_busy=gil_busy, working=working):
+            if not self._look(working=working):
                 return
+            time.sleep(self.poll_s)
 
-    def _look(self, *, gil_busy: bool, working: bool) -> bool:
+    def _look(self, *, working: bool) -> bool:
         """Report broken sockets; rescue readable ones if the loop is stalled and idle."""
         with self._lock:
             if not self._watched:
@@ -184,13 +173,11 @@ class StallRescuer:
                 broken.append(self._watched.get(fd))
             stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
             ready = []
-            if stale and not gil_busy and not working:
+            if stale and not working:
                 ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
         rescued = [conn for conn in broken if conn is not None and conn.pull()]
         rescued += [
-            conn
-            for conn in ready
-            if conn is not None and conn.backlog < _BACKLOG_LIMIT and conn.pull()
+            conn for conn in ready if conn is not None and conn.wants_rescue and conn.pull()
         ]
         if rescued:
             self.rescued_reads += len(rescued)
