@@ -25,7 +25,10 @@ class ScriptedServer:
         self.listener.settimeout(5.0)
         self.port: int = self.listener.getsockname()[1]
         self.requests: list[bytes] = []
-        self.write_ns: list[int] = []  # perf_counter_ns right after each timed write
+        # perf_counter_ns just before and right after each timed write: the sender is a thread
+        # of the test's process, so either side can be late (the GIL, a busy machine), and
+        # the write lies in between.
+        self.write_ns: list[tuple[int, int]] = []
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -49,8 +52,9 @@ class ScriptedServer:
                 self.errors.append(exc)
 
     def timed_write(self, peer: socket.socket, data: bytes) -> None:
+        before = time.perf_counter_ns()
         peer.sendall(data)
-        self.write_ns.append(time.perf_counter_ns())
+        self.write_ns.append((before, time.perf_counter_ns()))
 
     def close(self) -> None:
         self.listener.close()

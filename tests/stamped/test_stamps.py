@@ -50,7 +50,7 @@ async def blocked_reader(url: str, mode: StampMode) -> list[int]:
         conn.close()
 
 
-def run_blocked(serve: object, mode: StampMode) -> tuple[list[int], list[int]]:
+def run_blocked(serve: object, mode: StampMode) -> tuple[list[int], list[tuple[int, int]]]:
     box: list[ScriptedServer] = []
     server = serve(five_events(box))  # type: ignore[operator]
     box.append(server)
@@ -58,25 +58,36 @@ def run_blocked(serve: object, mode: StampMode) -> tuple[list[int], list[int]]:
     return stamps, server.write_ns
 
 
+def matches_the_writes(stamps: list[int], writes: list[tuple[int, int]]) -> bool:
+    """Each stamp inside its send call's window, each gap what the send windows allow (±1 ms)."""
+    within = all(
+        before - NS_PER_MS <= stamp <= after + NS_PER_MS
+        for stamp, (before, after) in zip(stamps, writes, strict=True)
+    )
+    gaps = all(
+        w1[0] - w0[1] - NS_PER_MS <= s1 - s0 <= w1[1] - w0[0] + NS_PER_MS
+        for (s0, s1), (w0, w1) in zip(
+            itertools.pairwise(stamps), itertools.pairwise(writes), strict=True
+        )
+    )
+    return within and gaps
+
+
 def test_kernel_stamps_keep_each_gap_while_the_reader_is_blocked(serve: object) -> None:
     stamps, writes = run_blocked(serve, StampMode.KERNEL)
     assert len(stamps) == EVENTS
-    gaps_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(stamps)]
-    true_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(writes)]
-    # The sender is a thread of this process: on a busy machine its sleeps run long, so the
-    # true gaps are what it wrote (20 ms or more), and those are what must be recorded.
-    assert all(gap >= SPACING_S * 1000 - 1.0 for gap in true_ms), true_ms
-    # Each recorded gap is the sender's gap: 20 ms (±1 ms), not the moment the reader woke.
-    pairs = list(zip(gaps_ms, true_ms, strict=True))
-    assert all(abs(ours - theirs) <= 1.0 for ours, theirs in pairs), pairs
-    # And each stamp is the write, not the read: within a millisecond of the sender's clock.
-    late = [(s - w) / NS_PER_MS for s, w in zip(stamps, writes, strict=True)]
-    assert all(abs(ms) <= 1.0 for ms in late), late
+    for (_, after), (before, _) in itertools.pairwise(writes):  # the sender slept 20 ms
+        assert before - after >= (SPACING_S * 1000 - 1) * NS_PER_MS
+    # Though the reader was blocked 200 ms while all five arrived, each stamp is its write,
+    # and each recorded gap the sender's 20 ms (±1 ms beyond what its send windows allow).
+    assert matches_the_writes(stamps, writes), [
+        (s - w[0]) / NS_PER_MS for s, w in zip(stamps, writes, strict=True)
+    ]
 
 
 def test_user_stamps_lose_the_gaps_while_the_reader_is_blocked(serve: object) -> None:
-    stamps, _ = run_blocked(serve, StampMode.USER)
+    stamps, writes = run_blocked(serve, StampMode.USER)
     assert len(stamps) == EVENTS
-    gaps_ms = [(b - a) / NS_PER_MS for a, b in itertools.pairwise(stamps)]
-    # The same test the kernel stamps pass fails here: the events were read together.
-    assert not all(abs(gap - SPACING_S * 1000) <= 1.0 for gap in gaps_ms), gaps_ms
+    # The same check fails with user stamps: the events were read together after the block.
+    assert not matches_the_writes(stamps, writes)
+    assert stamps[-1] - stamps[0] < 5 * NS_PER_MS  # five events 80 ms apart read as a burst
