@@ -17,7 +17,12 @@ passes through every path; LiteLLM's proxy hands the lab's id back as
 ``llm_provider-x-request-id``) and by position.
 
 Also per proxy: events relayed per second of the proxy's own CPU time, and resident memory per
-stream (the proxy's peak RSS during the phase minus its idle RSS, over N).
+stream (the proxy's peak RSS during the phase minus its idle RSS, over N). For the gateway,
+its own added latency as it measures it (``own``): every event's hand-off to the client minus
+its arrival from the lab, the kernel's receive stamp (``steadystream_added_latency_seconds``,
+scraped before and after the phase; percentiles interpolated within buckets as PromQL's
+``histogram_quantile`` does). It needs no truth from the lab and no direct phase, and the
+client's own delays do not enter it.
 """
 
 from __future__ import annotations
@@ -301,6 +306,48 @@ class PhaseResult:
     wall_s: float
     proxy_cpu_s: float | None = None
     rss_per_stream_kib: float | None = None
+    own_p50_ms: float | None = None  # the gateway's own histogram (exact per event, bucketed)
+    own_p99_ms: float | None = None
+
+
+_ADDED = "steadystream_added_latency_seconds"
+
+
+def added_buckets(proxy: Process) -> dict[float, float]:
+    """The gateway's ``steadystream_added_latency_seconds`` buckets (cumulative, all labels)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    origin = proxy.base_url.removesuffix("/v1")
+    with urllib.request.urlopen(f"{origin}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"{_ADDED}_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return buckets
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """``histogram_quantile`` over the phase's share of the buckets (ms), as PromQL does."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return float("nan")
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower * 1e3
+            share = (rank - below) / (count - below) if count > below else 1.0
+            return (lower + (bound - lower) * share) * 1e3
+        lower, below = bound, count
+    return lower * 1e3
 
 
 def measure(
@@ -308,6 +355,7 @@ def measure(
     streams: int, tokens: int, ramp_s: float,
 ) -> PhaseResult:  # fmt: skip
     label = f"{path}-{streams}-{time.monotonic_ns()}"
+    own_before = added_buckets(proxy) if path == "gateway" and proxy is not None else None
     idle_rss = proxy.rss_bytes() if proxy is not None else 0
     peak_rss = idle_rss
     cpu_before = children_cpu(proxy) if proxy is not None else 0.0
@@ -331,9 +379,15 @@ def measure(
     events = sum(len(r.arrivals_ns) for r in results)
     p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99)) if len(lat) else (
         float("nan"),) * 3  # fmt: skip
+    own50 = own99 = None
+    if own_before is not None and proxy is not None:
+        own_after = added_buckets(proxy)
+        own50 = bucket_quantile(own_before, own_after, 0.5)
+        own99 = bucket_quantile(own_before, own_after, 0.99)
     return PhaseResult(
         path, streams, events, sum(r.error is not None for r in results), p50, p90, p99, wall,
         cpu, (peak_rss - idle_rss) / streams / 1024 if proxy is not None else None,
+        own50, own99,
     )  # fmt: skip
 
 
@@ -393,8 +447,8 @@ def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
     direct = {r.streams: r for r in results if r.path == "direct"}
     print()
     print("| path | streams | events | errors | p50 ms | p99 ms | added p50 ms | added p99 ms "
-          "| events/s per proxy CPU s | proxy RSS KiB/stream |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| own p50 / p99 ms | events/s per proxy CPU s | proxy RSS KiB/stream |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         base = direct.get(r.streams)
         added50 = r.p50_ms - base.p50_ms if base and r.path != "direct" else None
@@ -402,7 +456,8 @@ def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
         rate = r.events / r.proxy_cpu_s if r.proxy_cpu_s else None
         print(
             f"| {r.path} | {r.streams} | {r.events} | {r.errors} | {r.p50_ms:.2f} | "
-            f"{r.p99_ms:.2f} | {_fmt(added50)} | {_fmt(added99)} | {_fmt(rate, 0)} | "
+            f"{r.p99_ms:.2f} | {_fmt(added50)} | {_fmt(added99)} | "
+            f"{_fmt(r.own_p50_ms, 3)} / {_fmt(r.own_p99_ms, 3)} | {_fmt(rate, 0)} | "
             f"{_fmt(r.rss_per_stream_kib, 1)} |"
         )
     for path, why in skipped.items():

@@ -21,6 +21,7 @@ from steadystream.cli import _register, app
 from steadystream.cli._bench_view import LiveView
 from steadystream.files import read_jsonl, write_jsonl
 from steadystream.lab import LabServer
+from steadystream.stamped import kernel_stamps_available
 
 from .test_errors import closed_port
 from .test_gate import frozen_run, steady_run
@@ -52,9 +53,12 @@ def test_a_small_run_records_every_stream(lab: LabServer, tmp_path: Path) -> Non
     for words in ("p99 of worst gap", "client event-loop lag", "token counts of 4 of 4"):
         assert words in text
     assert "Authorization: Bearer ***" in text
+    stamps = "kernel" if kernel_stamps_available() else "user"
+    assert f"stamps {stamps}" in text
     timelines = read_jsonl(out).timelines
     assert len(timelines) == 4
     assert all(t.outcome is Outcome.COMPLETE for t in timelines)
+    assert {t.meta["stamps"] for t in timelines} == {stamps}
     for timeline in timelines:  # the id sent as X-Request-Id is the lab's record
         truth = lab.truth(timeline.stream_id)
         assert truth is not None
@@ -91,6 +95,10 @@ def test_nothing_succeeding_exits_3_with_the_first_error(tmp_path: Path) -> None
         (["--output-tokens", "lots"], "--output-tokens"),
         (["--sweep", "rates=1,2", "--rate", "3"], "leave out --rate"),
         (["-r", "nonsense=1%", "--gate", "base.jsonl"], "unknown metric"),
+        (
+            ["--stamps", "sometimes"],
+            "--stamps: got 'sometimes' (accepted: 'auto', 'kernel' or 'user')",
+        ),
     ],
 )
 def test_unusable_options_exit_2(

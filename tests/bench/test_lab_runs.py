@@ -77,7 +77,10 @@ async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(lab_process: LabPr
         assert abs(truth.max_gap_client_ns - truth.max_gap_lab_ns) <= GAP_TOLERANCE_NS
         assert truth.ttft_client_ns is not None
         assert truth.ttft_lab_ns is not None
-        assert 0 <= truth.ttft_client_ns - truth.ttft_lab_ns <= TTFT_TOLERANCE_NS
+        # The lab stamps a write when its send call returns; on a busy machine the reader
+        # it woke can run first, and a kernel stamp then precedes the lab's by a few ms.
+        late_lab = GAP_TOLERANCE_NS if client.meta["stamps"] == "kernel" else 0
+        assert -late_lab <= truth.ttft_client_ns - truth.ttft_lab_ns <= TTFT_TOLERANCE_NS
     assert unflagged >= 1, "every stream was stamped while the client lagged"
     assert np.median(np.concatenate(errors)) < 1 * MS
 

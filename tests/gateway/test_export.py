@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from steadystream import Where
 from steadystream._histogram import FastHistogram
-from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics
+from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics, added_latency_s
 from steadystream.metrics import stream_metrics
 from tests.conftest import make_timeline
 
@@ -64,3 +64,17 @@ def test_one_stream_observed_at_both_edges() -> None:
     assert value("steadystream_ttft_seconds_sum", edge="upstream") == pytest.approx(0.1)
     assert value("steadystream_request_duration_seconds_count") == 1
     assert value("steadystream_output_tokens_sum") == 4
+    # Every content event was handed on 1 ms after it arrived (the role event at once): the
+    # gateway's own latency, event by event.
+    assert value("steadystream_added_latency_seconds_count") == 5
+    assert value("steadystream_added_latency_seconds_sum") == pytest.approx(0.004)
+    assert value("steadystream_added_latency_seconds_bucket", le="0.001") == 5
+    assert value("steadystream_added_latency_seconds_bucket", le="0.0005") == 1
+
+
+def test_added_latency_needs_events_that_pair() -> None:
+    up = make_timeline([100, 133, 166], where=Where.GATEWAY_UPSTREAM, role_ms=None)
+    paced = make_timeline([150, 300], where=Where.GATEWAY_DOWNSTREAM, role_ms=None)  # merged
+    assert len(added_latency_s(up, paced)) == 0
+    relayed = make_timeline([100.2, 133.5, 167], where=Where.GATEWAY_DOWNSTREAM, role_ms=None)
+    assert added_latency_s(up, relayed) == pytest.approx([0.0002, 0.0005, 0.001])

@@ -1,50 +1,49 @@
-"""Send: one streamed request over aiohttp, stamped on arrival, recorded as a timeline.
+"""Send: one streamed request, stamped on arrival, recorded as a timeline.
 
-Fidelity comes first here. Each read is stamped with ``clock.now_ns()`` the moment
-``readany()`` hands its bytes over, before any SSE decoding or JSON parsing, and every event
-the read completed carries that stamp (:class:`StreamRecorder`). ``readany`` returns whatever
-the socket has delivered, so an event is never held back waiting for a buffer to fill; the
-read buffer (``read_bufsize``) is large enough that a burst of events never pauses the
-socket.
+Fidelity comes first here. The stream is read by :class:`StampedConnection`, whose every read
+carries its arrival stamp: the kernel's receive stamp (``meta.stamps = "kernel"``), or the
+clock read when the event loop got to the bytes (``"user"``). Each read goes to the
+:class:`StreamRecorder` with that stamp before any other work, and every event the read
+completed carries it. The stamp is the moment the event's last byte reached this host, not
+the moment the loop got round to it (docs/bench.md, "How arrivals are stamped").
 
 Every way a request can go wrong becomes that stream's outcome, with a message a person can
-act on; aiohttp's exceptions never leave this module:
+act on:
 
 - could not connect (refused, DNS, TLS, connect timeout): ``error``;
 - HTTP 4xx/5xx: ``error``, with the status and the server's own message;
 - a body that is not an event stream, malformed SSE or chunk JSON, an in-band error: ``error``;
 - the connection lost mid-stream, or a body that ends without ``[DONE]``: ``truncated``;
 - closed by us (``--cancel``): ``cancelled``.
+
+aiohttp stays for the calls that need no stamps (lab ground truth, health checks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import SimpleNamespace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
+import numpy as np
 import orjson
 
 from steadystream._clock import Clock
-from steadystream._exceptions import ProtocolError
-from steadystream._transport_errors import TRANSPORT_ERRORS
+from steadystream._exceptions import ProtocolError, UpstreamError, UpstreamStreamError
 from steadystream._types import Outcome, Where
 from steadystream.bench.cancel import CancelPoint
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
+from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import SseEvent, SseItem, StreamRecorder, is_done, parse_chunk
+from steadystream.stamped import ResponseHead, StampedConnection, StampMode, Target
+from steadystream.stamped.target import Resolve
 from steadystream.timeline import Timeline
 
-__all__ = ["READ_BUFSIZE", "Sent", "StreamClient", "open_session"]
-
-READ_BUFSIZE = 1 << 20
-"""Bytes aiohttp may buffer per response before it stops reading the socket."""
+__all__ = ["Sent", "StreamClient", "open_session", "resolve_with"]
 
 _ERROR_BODY_LIMIT = 4096  # of an HTTP error body, kept for the message
 _REJECTS_OPTIONS = (400, 422)  # how servers say "unknown field" (stream_options)
@@ -57,59 +56,46 @@ class Sent(NamedTuple):
     sent_ns: int
 
 
-def open_session(
-    *,
-    connect_timeout_s: float = 10.0,
-    read_timeout_s: float | None = 120.0,
-    resolver: aiohttp.abc.AbstractResolver | None = None,
-) -> aiohttp.ClientSession:
-    """A session tuned for many long streams: no connection limit, large read buffers."""
-    connector = aiohttp.TCPConnector(
-        limit=0, limit_per_host=0, ttl_dns_cache=300, resolver=resolver
-    )
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
-    )
-    tracing = aiohttp.TraceConfig()
-    tracing.on_request_chunk_sent.append(_on_body_sent)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        read_bufsize=READ_BUFSIZE,
-        auto_decompress=False,  # SSE is not compressed; never buffer a stream to inflate it
-        trace_configs=[tracing],
-    )
+def open_session(*, connect_timeout_s: float = 10.0) -> aiohttp.ClientSession:
+    """The session for calls that need no stamps (ground truth, health): small JSON bodies."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=30.0)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
 
 
-async def _on_body_sent(
-    session: aiohttp.ClientSession,
-    context: SimpleNamespace,
-    params: aiohttp.TraceRequestChunkSentParams,
-) -> None:
-    # aiohttp awaits this just before it writes the body to the socket (one write, together
-    # with the headers), so the stamp is the send, not the moment the task got around to it.
-    state = context.trace_request_ctx
-    if isinstance(state, _State):
-        state.body_sent()
+def resolve_with(resolver: aiohttp.abc.AbstractResolver) -> Resolve:
+    """A stream connection's resolver from an aiohttp one (``Bench(resolver=...)``)."""
+
+    async def resolve(host: str, port: int) -> list[tuple[int, tuple[Any, ...]]]:
+        answers = await resolver.resolve(host, port)
+        return [(answer["family"], (answer["host"], answer["port"])) for answer in answers]
+
+    return resolve
 
 
 class StreamClient:
-    """Streams requests to one endpoint through a session the caller owns."""
+    """Streams requests to one endpoint, one stamped connection per request."""
 
     def __init__(
         self,
         endpoint: Endpoint,
-        session: aiohttp.ClientSession,
         clock: Clock,
         *,
+        stamps: StampMode = StampMode.USER,
         keep_text: bool = False,
         labels: Mapping[str, str] | None = None,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float | None = 120.0,
+        resolve: Resolve | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.session = session
+        self.target = Target.from_url(endpoint.url)
         self.clock = clock
+        self.stamps = stamps
         self.keep_text = keep_text
         self.labels = {"model": endpoint.model, **(labels or {})}
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.resolve = resolve
         self.usage_level = endpoint.first_usage_level
         self.usage_downgrades: list[str] = []  # what the server refused, for the summary
 
@@ -158,60 +144,67 @@ class StreamClient:
         body = endpoint.body(spec, level)
         headers = endpoint.request_headers(request_id)
         state = _State(self, request_id, cancel, endpoint.max_tokens(spec))
+        conn: StampedConnection | None = None
         try:
-            async with self.session.post(
-                endpoint.url, data=body, headers=headers, trace_request_ctx=state
-            ) as resp:
-                state.response_headers(clock.now_ns(), resp.status)
-                refusal = await _refusal(resp)
-                if refusal is not None:
-                    state.finish(clock.now_ns(), Outcome.ERROR, refusal)
-                elif cancel is not None and cancel.after_ns is not None:
-                    await self._read_until(resp, state, state.sent_ns + cancel.after_ns)
-                else:
-                    await self._read(resp, state)
+            conn = await StampedConnection.open(
+                self.target,
+                clock,
+                self.stamps,
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=self.read_timeout_s,
+                resolve=self.resolve,
+            )
+            state.wire_ns = await conn.send("POST", headers, body)
+            head = await conn.head()
+            state.response_headers(head.header_ns, head.status)
+            refusal = await _refusal(conn, head)
+            if refusal is not None:
+                state.finish(clock.now_ns(), Outcome.ERROR, refusal)
+            elif cancel is not None and cancel.after_ns is not None:
+                await self._read_until(conn, state, state.sent_ns + cancel.after_ns)
+            else:
+                state.end_ns = await self._read(conn, state)
         except asyncio.CancelledError:
             if state.timeline is None:
                 state.finish(clock.now_ns(), Outcome.CANCELLED, "run interrupted mid-stream")
                 if on_interrupt is not None:
                     on_interrupt(state.sent(level, spec))
             raise
-        except TRANSPORT_ERRORS as exc:
+        except (UpstreamError, ProtocolError) as exc:
             if state.timeline is None:
-                outcome, message = _describe(
-                    exc, recorder_started=state.reads > 0, endpoint=endpoint
-                )
+                outcome, message = _describe(exc, recorder_started=state.reads > 0)
                 state.finish(clock.now_ns(), outcome, message)
+        finally:
+            if conn is not None:
+                state.clock_step_ns = conn.clock_step_ns()
+                conn.close()
         if state.timeline is None:
-            state.finish(clock.now_ns(), None, None)
+            state.finish(state.end_ns if state.end_ns is not None else clock.now_ns(), None, None)
         return state.sent(level, spec)
 
-    async def _read(self, resp: aiohttp.ClientResponse, state: _State) -> None:
-        clock, content = self.clock, resp.content
+    async def _read(self, conn: StampedConnection, state: _State) -> int:
         recorder = state.start_recording()
         feed = recorder.feed
         counting = state.cancel is not None and state.cancel.after_tokens is not None
-        while True:
-            data = await content.readany()
-            now = clock.now_ns()  # before any decoding: this is when the bytes were ours
-            if not data:
-                return
-            state.reads += 1
-            items = feed(now, data)
-            if counting and state.count_tokens(items):
-                resp.close()  # closes the connection: the server sees the client leave
-                state.finish(now, Outcome.CANCELLED, state.cancel_reason())
-                return
-            if recorder.ended:
-                # [DONE] or an error: nothing after it counts, and a server that keeps the
-                # body open must not hold the slot until the read timeout.
-                return
 
-    async def _read_until(
-        self, resp: aiohttp.ClientResponse, state: _State, deadline_ns: int
-    ) -> None:
+        def sink(stamp: int, data: bytes) -> bool:
+            state.reads += 1
+            items = feed(stamp, data)
+            if items:
+                state.note_stamp(stamp, len(items))
+            if counting and state.count_tokens(items):
+                # Stopping closes the connection: the server sees the client leave now.
+                state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
+                return True
+            # [DONE] or an error: nothing after it counts, and a server that keeps the
+            # body open must not hold the slot until the read timeout.
+            return recorder.ended
+
+        return await conn.stream_body(sink)
+
+    async def _read_until(self, conn: StampedConnection, state: _State, deadline_ns: int) -> None:
         loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(resp, state))
+        reader = loop.create_task(self._read(conn, state))
         timer = loop.create_task(self.clock.sleep_until(deadline_ns))
         try:
             await asyncio.wait({reader, timer}, return_when=asyncio.FIRST_COMPLETED)
@@ -222,18 +215,18 @@ class StreamClient:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
         if reader.done() and not reader.cancelled():
-            reader.result()  # the stream ended first: raise what it raised, if anything
+            state.end_ns = reader.result()  # the stream ended first: raise what it raised
             return
-        resp.close()
-        state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
+        closed = self.clock.now_ns()  # stamped before the close the server will notice
+        conn.close()
+        state.finish(closed, Outcome.CANCELLED, state.cancel_reason())
 
 
 class _State:
     """One attempt: its instants, its recorder once the response began, and how it ended.
 
-    It is also the attempt's aiohttp trace context: :func:`_on_body_sent` stamps the moment
-    the request's bytes were handed to the socket, which is the request-sent instant every
-    time in the timeline counts from. Time spent before it (connecting, waiting for the
+    ``wire_ns`` is when the request's last byte went to the kernel: the request-sent instant
+    every time in the timeline counts from. Time spent before it (connecting, waiting for the
     event loop) is the client's, not the server's; it is kept in ``meta["send_ms"]``.
     """
 
@@ -242,10 +235,15 @@ class _State:
         "cancel",
         "chunks",
         "client",
+        "clock_step_ns",
+        "end_ns",
+        "last_stamp",
+        "late_stamps",
         "max_tokens",
         "reads",
         "recorder",
         "request_id",
+        "stamp_events",
         "started_at",
         "status",
         "timeline",
@@ -271,14 +269,15 @@ class _State:
         self.reads = 0
         self.chunks = 0  # content chunks seen, counted only for --cancel-after Ntok
         self.timeline: Timeline | None = None
+        self.end_ns: int | None = None  # the stamp of the body's last read
+        self.clock_step_ns = 0
+        self.last_stamp = -1
+        self.stamp_events = 0  # events completed so far under last_stamp
+        self.late_stamps: set[int] = set()  # stamps several events shared in late reads
 
     @property
     def sent_ns(self) -> int:
         return self.wire_ns if self.wire_ns is not None else self.begin_ns
-
-    def body_sent(self) -> None:
-        if self.wire_ns is None:
-            self.wire_ns = self.client.clock.now_ns()
 
     def start_recording(self) -> StreamRecorder:
         if self.recorder is None:
@@ -293,6 +292,20 @@ class _State:
                 max_tokens=self.max_tokens,
             )
         return self.recorder
+
+    def note_stamp(self, stamp: int, events: int) -> None:
+        """Count events that share one stamp in a read taken late: lag may have merged them.
+
+        Events written together share a stamp rightly; events that waited together in the
+        kernel's queue while the loop was busy share the newest one's stamp wrongly. A read
+        the loop took promptly after its stamp holds the former.
+        """
+        if stamp == self.last_stamp:
+            self.stamp_events += events
+        else:
+            self.last_stamp, self.stamp_events = stamp, events
+        if self.stamp_events > 1 and self.client.clock.now_ns() - stamp > LAG_FLAG_NS:
+            self.late_stamps.add(stamp - self.sent_ns)
 
     def response_headers(self, now_ns: int, status: int) -> None:
         self.start_recording().headers(now_ns)
@@ -322,6 +335,10 @@ class _State:
         assert self.timeline is not None
         meta = self.timeline.meta
         meta["send_ms"] = round((self.sent_ns - self.begin_ns) / 1e6, 3)
+        meta["stamps"] = self.client.stamps.value
+        meta["stamps_shared"] = _shared(self.timeline, self.late_stamps)
+        if abs(self.clock_step_ns) > 1_000_000:
+            meta["clock_step_ms"] = round(self.clock_step_ns / 1e6, 3)
         meta["usage_requested"] = USAGE_LEVELS[level]
         meta["input_tokens_estimate"] = spec.input_tokens
         if spec.max_tokens is not None:
@@ -333,14 +350,26 @@ class _State:
         return Sent(self.timeline, self.sent_ns)
 
 
-async def _refusal(resp: aiohttp.ClientResponse) -> str | None:
+def _shared(timeline: Timeline, late_stamps: set[int]) -> int:
+    """Text events that share a late read's stamp with the text event before them.
+
+    Only gaps between text events are measured; a usage chunk or ``[DONE]`` that came in
+    the same read as the last token costs nothing.
+    """
+    if not late_stamps:
+        return 0
+    times = timeline.times[timeline.text_mask]
+    same = np.flatnonzero(times[1:] == times[:-1]) + 1
+    return sum(1 for i in same if int(times[i]) in late_stamps)
+
+
+async def _refusal(conn: StampedConnection, head: ResponseHead) -> str | None:
     """Why a response cannot be a stream (HTTP error, not an event stream), or None."""
-    if resp.status >= 400:
-        body = await resp.content.read(_ERROR_BODY_LIMIT)
-        return f"HTTP {resp.status} {resp.reason or ''}".rstrip() + _server_message(body)
-    content_type = resp.headers.get("Content-Type", "")
-    if content_type.startswith("application/json"):
-        body = await resp.content.read(_ERROR_BODY_LIMIT)
+    if head.status >= 400:
+        body = await conn.read_body(_ERROR_BODY_LIMIT)
+        return f"HTTP {head.status} {head.reason}".rstrip() + _server_message(body)
+    if head.headers.get("content-type", "").startswith("application/json"):
+        body = await conn.read_body(_ERROR_BODY_LIMIT)
         return (
             "the server answered with JSON, not an event stream (does it support stream=true?)"
             + _server_message(body)
@@ -364,31 +393,9 @@ def _server_message(body: bytes) -> str:
     return f": {text[:300]}" if text else ""
 
 
-def _describe(
-    exc: BaseException, *, recorder_started: bool, endpoint: Endpoint
-) -> tuple[Outcome, str]:
-    """The outcome and a clear message for a transport failure."""
-    where = endpoint.origin
-    if isinstance(exc, aiohttp.ClientConnectorDNSError) or (
-        isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, socket.gaierror)
-    ):
-        return Outcome.ERROR, f"DNS failure: cannot resolve the host of {where}"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-        return Outcome.ERROR, f"TLS failure talking to {where}: {exc}"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        # asyncio words a refusal "Connect call failed (...)"; the errno says what happened.
-        reason = os.strerror(error.errno) if error.errno else (error.strerror or str(error))
-        return Outcome.ERROR, f"cannot connect to {where}: {reason}"
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return Outcome.ERROR, f"cannot connect to {where}: connect timed out"
-    if isinstance(exc, TimeoutError):
-        return Outcome.ERROR if not recorder_started else Outcome.TRUNCATED, (
-            "read timed out: no bytes within the read timeout"
-        )
-    if isinstance(exc, aiohttp.ServerDisconnectedError) and not recorder_started:
-        return Outcome.ERROR, "the server closed the connection without answering"
-    detail = str(exc) or exc.__class__.__name__
-    if recorder_started:
-        return Outcome.TRUNCATED, f"connection lost mid-stream: {detail}"
-    return Outcome.ERROR, f"request failed: {detail}"
+def _describe(exc: UpstreamError | ProtocolError, *, recorder_started: bool) -> tuple[Outcome, str]:
+    """The outcome and the message for a failure the connection reported."""
+    message = str(exc)
+    if isinstance(exc, UpstreamStreamError) and recorder_started:
+        return Outcome.TRUNCATED, message
+    return Outcome.ERROR, message

@@ -270,6 +270,13 @@ class BenchConfig(BaseModel):
         Literal["auto", "on", "off"],
         Flag("Read cancellation ground truth from a lab: auto, on, off.", CANCELLATION),
     ] = "auto"
+    stamps: Annotated[
+        Literal["auto", "kernel", "user"],
+        Flag(
+            "Arrival stamps: auto (the kernel's where the platform gives them), kernel, user.",
+            REQUESTS,
+        ),
+    ] = "auto"
     timeout: Annotated[
         Duration,
         Flag("Read timeout: no bytes for this long fails a stream.", REQUESTS, text=True),

@@ -94,6 +94,7 @@ async def run_bench(
         read_timeout_s=plan.read_timeout_s,
         stall_threshold_ns=plan.metrics.stall_threshold_ns,
         ttft_target_ns=plan.metrics.ttft_target_ns,
+        stamps=plan.stamps.value,
     )
     with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
         async with bench:

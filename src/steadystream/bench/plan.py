@@ -25,6 +25,7 @@ from steadystream.bench.sweep import Objective, SweepPlan
 from steadystream.bench.verdict import LoadedRun, load_run
 from steadystream.bench.workload import Prompt, TokenCount, Workload, builtin_prompts, read_prompts
 from steadystream.metrics import MetricConfig
+from steadystream.stamped import StampMode, resolve_stamps
 
 __all__ = ["DEFAULT_REQUESTS", "BenchPlan", "plan_bench"]
 
@@ -47,6 +48,7 @@ class BenchPlan:
     objectives: tuple[Objective, ...]
     baseline: LoadedRun | None  # the gate's baseline, read before the run
     gate_rules: tuple[GateRule, ...]  # the default limits, and --max-regression's
+    stamps: StampMode  # --stamps resolved: what this platform gives (docs/bench.md)
 
     @property
     def read_timeout_s(self) -> float:
@@ -90,6 +92,7 @@ def plan_bench(config: BenchConfig, *, environ: Mapping[str, str] | None = None)
         objectives=tuple(Objective.parse(text) for text in config.slo),
         baseline=None if config.gate is None else load_run(config.gate),
         gate_rules=tuple(parse_rules(config.max_regression)),
+        stamps=resolve_stamps(config.stamps),
     )
 
 

@@ -5,9 +5,9 @@ The high-level entry point for Python callers (the CLI, benchmarks and tests use
     async with Bench(Endpoint(url, "lab"), Workload(builtin_prompts())) as bench:
         result = await bench.run(ClosedLoop(8), RunOptions(max_requests=100), sink=writer.write)
 
-Each run gets its own loop-lag sampler and progress; the HTTP session (and its warm
-connections) and the lab ground-truth client are shared, so a sweep's loads run back to back
-on the same connections.
+Each run gets its own loop-lag sampler and progress. Streams are read by one stamped
+connection each (``stamps``: ``auto``, ``kernel`` or ``user``; docs/bench.md); the aiohttp
+session serves the lab ground-truth client, shared across runs.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import aiohttp
 
 from steadystream._clock import NS_PER_MS, Clock, MonotonicClock
 from steadystream.bench.cancel import LabTruthClient
-from steadystream.bench.client import StreamClient, open_session
+from steadystream.bench.client import StreamClient, open_session, resolve_with
 from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.lag import LoopLagSampler
 from steadystream.bench.progress import RunProgress
 from steadystream.bench.runner import BenchRunner, RunOptions, RunResult, new_run_id
 from steadystream.bench.schedule import Schedule
 from steadystream.bench.workload import Workload
+from steadystream.stamped import resolve_stamps
 from steadystream.timeline import Timeline
 
 __all__ = ["Bench"]
@@ -53,6 +54,7 @@ class Bench:
         stall_threshold_ns: int = 400 * NS_PER_MS,
         ttft_target_ns: int = 800 * NS_PER_MS,
         resolver: aiohttp.abc.AbstractResolver | None = None,
+        stamps: str = "auto",
     ) -> None:
         self.endpoint = endpoint
         self.workload = workload
@@ -66,20 +68,24 @@ class Bench:
         self.stall_threshold_ns = stall_threshold_ns
         self.ttft_target_ns = ttft_target_ns
         self.resolver = resolver
+        self.stamps = resolve_stamps(stamps)  # what meta.stamps says (docs/bench.md)
         self.runner: BenchRunner | None = None  # the run in progress, or the last one
         self._session: aiohttp.ClientSession | None = None
         self._client: StreamClient | None = None
         self._truth: LabTruthClient | None = None
 
     async def __aenter__(self) -> Bench:
-        session = open_session(
-            connect_timeout_s=self.connect_timeout_s,
-            read_timeout_s=self.read_timeout_s,
-            resolver=self.resolver,
-        )
+        session = open_session(connect_timeout_s=self.connect_timeout_s)
         self._session = session
         self._client = StreamClient(
-            self.endpoint, session, self.clock, keep_text=self.keep_text, labels=self.labels
+            self.endpoint,
+            self.clock,
+            stamps=self.stamps,
+            keep_text=self.keep_text,
+            labels=self.labels,
+            connect_timeout_s=self.connect_timeout_s,
+            read_timeout_s=self.read_timeout_s,
+            resolve=resolve_with(self.resolver) if self.resolver is not None else None,
         )
         self._truth = LabTruthClient(session, self.endpoint.origin, self.clock, mode=self.lab_truth)
         return self

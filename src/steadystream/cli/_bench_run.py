@@ -65,6 +65,7 @@ def _print_plan(plan: BenchPlan, console: Console) -> None:
     shown = ", ".join(endpoint.shown_headers())
     console.print(
         f"bench: {endpoint.describe()}, {plan.workload.describe()}, loop {_loop.loop_name()}"
+        + f", stamps {plan.stamps}"
         + (f", headers: {shown}" if shown else "")
         + f"; recording to {plan.output}",
         highlight=False,

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
-
 from steadystream._exceptions import (
     UpstreamError,
     UpstreamStatusError,
@@ -30,6 +28,7 @@ from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
+from steadystream.stamped import StampedConnection
 
 __all__ = ["Attempt", "cause_of", "read_attempt"]
 
@@ -70,7 +69,7 @@ class Attempt:
         self.watchdog = watchdog
         self.cutter = EventCutter(max_event_bytes=max_event_bytes)
         self.rewriter: FallbackRewriter | None = None
-        self.response: aiohttp.ClientResponse | None = None
+        self.response: StampedConnection | None = None
         self.body: BodyReader | None = None
         self.task: asyncio.Task[Failure | None] | None = None
         self.failure: Failure | None = None  # set by the guard when it stops the reader
@@ -88,13 +87,9 @@ class Attempt:
         return task is not None and not task.done() and self.failure is None
 
     def close(self, *, clean: bool) -> None:
-        """Close the upstream response: released to the pool after a clean end, else dropped."""
+        """Close the upstream response (a stamped connection serves one request)."""
         response, self.response = self.response, None
-        if response is None:
-            return
-        if clean:
-            response.release()
-        else:
+        if response is not None:
             response.close()
 
 
@@ -109,14 +104,13 @@ async def read_attempt(
     watchdog = attempt.watchdog
     buffer = ctx.buffer
     progress = ctx.progress
-    clock = ctx.clock
     record = ctx.record
     upstream_log = record.upstream
     received = record.received_ns
     usage_base = attempt.usage_base
     while True:
         try:
-            data = await read()
+            now, data = await read()  # ``now``: when the bytes reached the gateway
         except UpstreamStreamError as exc:
             return Failure(Cause.RESET, str(exc))
         if not data:
@@ -127,7 +121,6 @@ async def read_attempt(
                     "the upstream closed the stream after its finish reason, without [DONE]",
                 )
             return Failure(Cause.RESET, cutter.error_at_end())
-        now = clock.now_ns()
         t = now - received
         if upstream_log.first_byte_ns is None:
             upstream_log.first_byte_ns = t

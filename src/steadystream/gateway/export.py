@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -25,10 +26,12 @@ from steadystream.metrics import stream_table
 from steadystream.timeline import Timeline
 
 __all__ = [
+    "ADDED_BUCKETS",
     "CONTENT_TYPE",
     "GAP_BUCKETS",
     "GatewayMetrics",
     "StreamLabels",
+    "added_latency_s",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -46,6 +49,11 @@ TTFT_BUCKETS = (
 CANCEL_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
+ADDED_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5,
+)  # fmt: skip
+"""Added-latency bounds (s): a relay's tens of microseconds up to a pacer's holding."""
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -102,6 +110,13 @@ class GatewayMetrics:
             ("route",),
             CANCEL_BUCKETS,
         )
+        self.added_latency = h(
+            "steadystream_added_latency_seconds",
+            "Per event: handed to the client minus arrived from the upstream (the kernel's "
+            "receive stamp where the platform gives it): the gateway's own latency.",
+            _STREAM,
+            ADDED_BUCKETS,
+        )
         self.buffer_peak = h(
             "steadystream_stream_buffer_peak_bytes",
             "Most bytes one stream held between upstream and client.",
@@ -119,6 +134,7 @@ class GatewayMetrics:
                     self.duration,
                     self.output_tokens,
                     self.cancel_latency,
+                    self.added_latency,
                     self.buffer_peak,
                 ]
             )
@@ -174,5 +190,19 @@ class GatewayMetrics:
             self.ttft.observe(key, columns["ttft_s"][index])
             self.ttfb.observe(key, columns["ttfb_s"][index])
         self.duration.observe(labels, duration_s)
+        if len(timelines) == 2:
+            self.added_latency.observe(labels, added_latency_s(*timelines))
         downstream = len(timelines) - 1
         self.output_tokens.observe(labels, table.columns["output_tokens"][downstream])
+
+
+def added_latency_s(upstream: Timeline, downstream: Timeline) -> npt.NDArray[np.float64]:
+    """Per event, downstream hand-off minus upstream arrival (s); empty where events differ.
+
+    Both edges count from the request's receipt on one clock. Events pair one to one when
+    the gateway relays them as they came; a pacer that merges or splits events (or a
+    failover's rewrite) leaves no pairing, and nothing is observed for that stream.
+    """
+    if len(upstream) != len(downstream) or len(upstream) == 0:
+        return np.empty(0)
+    return np.asarray(downstream.times - upstream.times, dtype=np.float64) / 1e9

@@ -238,13 +238,14 @@ class StreamRelay(Relay):
         body = build_body(self.request, upstream, action, self.ctx.progress)
         watchdog.start(self.clock.now_ns())
         try:
-            response = await self.state.pool.post(
+            response = await self.state.pool.post_stream(
                 upstream,
                 self.path,
                 body,
                 request_id=attempt.request_id,
                 client_headers=self.client_headers,
                 timeout_s=watchdog.first_token_ns / 1e9,
+                clock=self.clock,
             )
         except UpstreamError as exc:
             info["error"] = self.state.pool.redact(str(exc))

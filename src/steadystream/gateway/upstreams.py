@@ -9,8 +9,10 @@ Upstream keys come from the environment, are sent only in the ``Authorization`` 
 are scrubbed from every message that could reach a log, a recording, a metric or a client
 (:meth:`UpstreamPool.redact`).
 
-A streamed body is read through :func:`body_reader`, one small function, so that another
-transport (a kernel-stamped connection) can take its place without touching the relay.
+A streamed answer goes over a stamped connection (:meth:`UpstreamPool.post_stream`, the
+kernel's receive stamps where the platform gives them) and is read through
+:func:`body_reader`; aiohttp serves the calls that need no stamps (non-streaming answers,
+``/models``).
 """
 
 from __future__ import annotations
@@ -23,21 +25,22 @@ from typing import Any
 import aiohttp
 import orjson
 
+from steadystream._clock import Clock
 from steadystream._exceptions import (
     ConfigError,
+    ProtocolError,
     UpstreamConnectError,
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
 from steadystream._transport_errors import (
-    TRANSPORT_ERRORS,
-    map_transport_error,
     map_transport_errors,
 )
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
+from steadystream.stamped import StampedConnection, Target, resolve_stamps
 
 __all__ = [
     "BodyReader",
@@ -60,9 +63,9 @@ _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(?:; ?charset=[A-Za-z0-9_-]+)?$"
 )
 
-BodyReader = Callable[[], Awaitable[bytes]]
-"""The next bytes of a streamed body, b"" at its end; an :class:`UpstreamStreamError` when
-the connection breaks."""
+BodyReader = Callable[[], Awaitable[tuple[int, bytes]]]
+"""The next bytes of a streamed body and their arrival stamp, b"" at its end; an
+:class:`UpstreamStreamError` when the connection breaks."""
 
 
 class ResponseTooLargeError(UpstreamStreamError):
@@ -91,16 +94,14 @@ def media_type(response: aiohttp.ClientResponse) -> str:
     return found if found is not None else "application/json"
 
 
-def body_reader(response: aiohttp.ClientResponse, name: str) -> BodyReader:
-    """Reads a streamed body as the socket gives it, errors mapped."""
-    content = response.content
+def body_reader(conn: StampedConnection, name: str) -> BodyReader:
+    """Reads a streamed body as the socket gives it, each read with its stamp, errors mapped."""
 
-    async def read() -> bytes:
-        try:  # the hot path: a try, not a with block (see map_transport_error)
-            return await content.readany()
-        except TRANSPORT_ERRORS as exc:
-            what = f"the connection to upstream {name!r} broke"
-            raise map_transport_error(exc, UpstreamStreamError, what) from exc
+    async def read() -> tuple[int, bytes]:
+        try:
+            return await conn.next_piece()
+        except (UpstreamStreamError, ProtocolError) as exc:
+            raise UpstreamStreamError(f"the connection to upstream {name!r} broke: {exc}") from exc
 
     return read
 
@@ -168,6 +169,7 @@ class UpstreamPool:
     ) -> None:
         self.config = config
         self.session = session
+        self.stamps = resolve_stamps("auto")  # for streamed answers (post_stream)
         self.upstreams = config.upstreams_in_order()
         self._keys: dict[str, str] = {}
         for index, upstream in enumerate(config.upstreams):
@@ -309,20 +311,83 @@ class UpstreamPool:
                 raw = await response.content.read(_ERROR_BODY_LIMIT)
         except UpstreamStreamError:
             raw = b""
+        return _message_in(raw, response.reason)
+
+    async def post_stream(
+        self,
+        upstream: UpstreamConfig,
+        path: str,
+        body: dict[str, Any],
+        *,
+        request_id: str,
+        client_headers: Mapping[str, str],
+        timeout_s: float | None,
+        clock: Clock,
+    ) -> StampedConnection:
+        """:meth:`post` for a streamed answer, over a stamped connection (no pooling).
+
+        Its reads carry their arrival stamps (the kernel's where the platform gives them,
+        docs/bench.md#stamping), so the ``gateway-upstream`` timeline is when each event
+        reached the gateway, and downstream minus upstream is the gateway's own latency.
+        Errors are mapped as :meth:`post` maps them.
+        """
+        name = upstream.name
+        headers = self._headers(upstream, request_id, client_headers)
+        conn: StampedConnection | None = None
         try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            text = raw.decode("utf-8", "replace").strip()
-            return text or (response.reason or "no message")
-        if isinstance(data, dict):
-            error = data.get("error", data)
-            if isinstance(error, dict) and isinstance(error.get("message"), str):
-                return str(error["message"])
-            if isinstance(error, str):
-                return error
-            if isinstance(data.get("message"), str):
-                return str(data["message"])
-        return raw.decode("utf-8", "replace")[:500]
+            async with asyncio.timeout(timeout_s):
+                conn = await StampedConnection.open(
+                    Target.from_url(f"{upstream.base_url}{path}"),
+                    clock,
+                    self.stamps,
+                    connect_timeout_s=upstream.timeouts.connect / 1e9,
+                    read_timeout_s=None,  # stalls are the watchdog's to judge, on tokens
+                )
+                await conn.send("POST", headers, orjson.dumps(body))
+                head = await conn.head()
+        except TimeoutError:
+            if conn is not None:
+                conn.close()
+            raise UpstreamTimeoutError(
+                f"upstream {name!r} sent no response headers in time"
+            ) from None
+        except (UpstreamConnectError, UpstreamStreamError, ProtocolError) as exc:
+            if conn is not None:
+                conn.close()
+            raise UpstreamConnectError(
+                self.redact(f"cannot reach upstream {name!r}: {exc}")
+            ) from exc
+        if head.status < 300:
+            return conn
+        try:
+            raw = await conn.read_body(_ERROR_BODY_LIMIT)
+        except (UpstreamStreamError, ProtocolError):
+            raw = b""
+        finally:
+            conn.close()
+        raise UpstreamStatusError(
+            head.status,
+            self.redact(_message_in(raw, head.reason)),
+            retry_after=safe_header(head.headers.get("retry-after"), _RETRY_AFTER),
+        )
+
+
+def _message_in(raw: bytes, reason: str | None) -> str:
+    """The upstream's own message in an error body (JSON or text)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        text = raw.decode("utf-8", "replace").strip()
+        return text or (reason or "no message")
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return raw.decode("utf-8", "replace")[:500]
 
 
 async def read_whole(

@@ -1,0 +1,453 @@
+"""One streamed HTTP/1.1 exchange whose body arrives with each read's arrival stamp.
+
+The socket is read straight from the event loop (``loop.add_reader``), with ``recvmsg`` and
+the kernel's receive stamp (``kernel`` stamps) or with ``recv`` and the clock read when the
+loop got to it (``user`` stamps, where the kernel gives none). httptools parses the
+response (status, headers, chunked or content-length or close-delimited body); nothing
+here parses HTTP by hand. The body is handed to a sink read by read, each read with its
+stamp, before anything else looks at it.
+
+Failures are the project's exceptions, with messages a person can act on:
+
+- :class:`UpstreamConnectError`: DNS, refused, unreachable, connect timeout, TLS;
+- :class:`UpstreamStreamError`: reset or closed before the body ended, read timeout;
+- :class:`ProtocolError`: bytes that are not HTTP/1.1.
+
+An HTTP error status is not an exception here: the caller reads the head and decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+
+import httptools
+
+from steadystream._clock import Clock
+from steadystream._exceptions import (
+    ProtocolError,
+    UpstreamConnectError,
+    UpstreamStreamError,
+)
+from steadystream.stamped.kernel import (
+    ANCILLARY_SIZE,
+    WallToClock,
+    enable_stamps,
+    stamp_from_ancillary,
+)
+from steadystream.stamped.modes import StampMode
+from steadystream.stamped.rescue import StallRescuer
+from steadystream.stamped.target import (
+    Resolve,
+    ResponseHead,
+    Target,
+    connect,
+    phrase,
+    reason,
+)
+from steadystream.stamped.tls import TlsSession
+
+__all__ = ["BodySink", "StampedConnection"]
+
+READ_SIZE = 1 << 16
+_HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
+_EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
+_QUEUE_LIMIT = 1 << 18  # body bytes read ahead of a next_piece() caller
+_RESCUE_BACKLOG = 64  # reads the rescuer may queue for a stalled loop (64 KiB each at most)
+
+BodySink = Callable[[int, bytes], bool]
+"""Takes ``(stamp_ns, body bytes)``; returns True to stop reading (the rest is not wanted)."""
+
+
+class StampedConnection:
+    """A connection for one request and its streamed response; closed after it."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        target: Target,
+        clock: Clock,
+        mode: StampMode,
+        *,
+        tls: TlsSession | None,
+        read_timeout_s: float | None,
+    ) -> None:
+        self.target = target
+        self.clock = clock
+        self.mode = mode
+        self.unstamped_reads = 0  # kernel mode: reads the kernel gave no stamp (clock used)
+        self._sock = sock
+        self._tls = tls
+        self._read_timeout_s = read_timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._wall = WallToClock(clock.now_ns) if mode is StampMode.KERNEL else None
+        self._parser = httptools.HttpResponseParser(self)
+        self._pending: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._lock = threading.Lock()  # the read and its queueing, shared with the rescuer
+        self._reading = False
+        self._closed = False
+        self._stamp = 0
+        self._head_bytes = 0
+        self._headers: dict[str, str] = {}
+        self._header_name = b""
+        self._head: ResponseHead | None = None
+        self._framed = False  # chunked or content-length: an early close is a truncation
+        self._early: list[tuple[int, bytes]] = []
+        self._early_bytes = 0
+        self._sink: BodySink | None = None
+        self._queued: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._queued_bytes = 0
+        self._complete = False
+        self._stopped = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._last_activity = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._rescuer: StallRescuer | None = None
+
+    # -- opening and sending -------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        target: Target,
+        clock: Clock,
+        mode: StampMode,
+        *,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float | None = 120.0,
+        ssl_context: ssl.SSLContext | None = None,
+        resolve: Resolve | None = None,
+    ) -> StampedConnection:
+        """Connect (and shake hands, for https); raises :class:`UpstreamConnectError`."""
+        where = target.origin
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                sock = await connect(target, where, resolve)
+                tls = None
+                try:
+                    if mode is StampMode.KERNEL:
+                        enable_stamps(sock)
+                    if target.secure:
+                        context = ssl_context or ssl.create_default_context()
+                        tls = TlsSession(sock, context, target.host)
+                        await tls.handshake(where)
+                except BaseException:
+                    sock.close()
+                    raise
+        except TimeoutError:
+            raise UpstreamConnectError(f"cannot connect to {where}: connect timed out") from None
+        return cls(sock, target, clock, mode, tls=tls, read_timeout_s=read_timeout_s)
+
+    async def send(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> int:
+        """Send the request; returns the clock instant its last byte went to the kernel."""
+        lines = [f"{method} {self.target.path} HTTP/1.1", f"Host: {self.target.host_header}"]
+        for name, value in headers.items():
+            if any(c in name or c in value for c in "\r\n\0") or not name:
+                raise ValueError(f"header {name!r} has a line break or NUL in its name or value")
+            lines.append(f"{name}: {value}")
+        lines.append(f"Content-Length: {len(body)}")
+        lines.append("Connection: close")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        try:
+            if self._tls is not None:
+                await self._tls.send(request)
+            else:
+                await self._loop.sock_sendall(self._sock, request)
+        except OSError as exc:
+            raise UpstreamStreamError(f"request failed: {reason(exc)}") from exc
+        sent = self.clock.now_ns()
+        self._start_reading()
+        return sent
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def head(self) -> ResponseHead:
+        """Wait for the status line and headers (the read timeout applies)."""
+        while self._head is None:
+            await self._wait()
+        return self._head
+
+    async def stream_body(self, sink: BodySink) -> int:
+        """Hand the body to ``sink`` read by read; returns the stamp of the last read.
+
+        Returns when the body ended, or when ``sink`` asked to stop (the connection is then
+        closed: the server sees the client leave). Raises :class:`UpstreamStreamError` when
+        the connection broke before the body ended, or no bytes came within the read timeout.
+        """
+        await self.head()
+        self._sink = sink
+        early, self._early = self._early, []
+        for stamp, data in early:
+            if sink(stamp, data):
+                self._stop()
+                return stamp
+        if not self._ended:
+            self._start_reading()
+            while not self._ended:
+                await self._wait()
+        return self._stamp
+
+    async def next_piece(self) -> tuple[int, bytes]:
+        """The next piece of the body and its stamp; ``(stamp, b"")`` once the body ended.
+
+        For a reader that awaits between pieces (the gateway hands each on before it reads
+        the next): pieces wait here, and past ``_QUEUE_LIMIT`` bytes the socket is left to
+        the kernel until they are taken, so a slow consumer slows the upstream, not memory.
+        Raises as :meth:`stream_body` does.
+        """
+        if self._sink is None:
+            await self.head()
+            self._sink = self._enqueue
+            early, self._early = self._early, []
+            for stamp, data in early:
+                self._enqueue(stamp, data)
+        queued = self._queued
+        while not queued:
+            if self._ended:
+                return self._stamp, b""
+            self._start_reading()
+            await self._wait()
+        stamp, data = queued.popleft()
+        self._queued_bytes -= len(data)
+        return stamp, data
+
+    def _enqueue(self, stamp: int, data: bytes) -> bool:
+        self._queued.append((stamp, data))
+        self._queued_bytes += len(data)
+        if self._queued_bytes > _QUEUE_LIMIT:
+            self._stop_reading()
+        return False
+
+    async def read_body(self, limit: int) -> bytes:
+        """Up to ``limit`` bytes of the body (an error message), then stop."""
+        kept: list[bytes] = []
+        size = 0
+
+        def keep(_stamp: int, data: bytes) -> bool:
+            nonlocal size
+            kept.append(data[: limit - size])
+            size += len(kept[-1])
+            return size >= limit
+
+        await self.stream_body(keep)
+        return b"".join(kept)
+
+    def clock_step_ns(self) -> int:
+        """How far the wall clock stepped while this connection was open (kernel stamps)."""
+        return self._wall.step_ns() if self._wall is not None else 0
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    @property
+    def wants_rescue(self) -> bool:
+        """Few reads queued, and no reader that asked the socket to wait (a full queue)."""
+        return len(self._pending) < _RESCUE_BACKLOG and self._queued_bytes <= _QUEUE_LIMIT
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop_reading()
+        if self._rescuer is not None:
+            self._rescuer.forget(self)
+        with self._lock:
+            self._closed = True
+            self._sock.close()
+        self._wake(UpstreamStreamError("the connection was closed"))
+
+    @property
+    def _ended(self) -> bool:
+        return self._complete or self._stopped
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise UpstreamStreamError("the connection was closed")
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def _wake(self, error: BaseException | None = None) -> None:
+        if error is not None and self._error is None and not self._ended:
+            self._error = error
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _start_reading(self) -> None:
+        if self._reading or self._closed:
+            return
+        self._reading = True
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        if self._pending:  # read while paused (by the rescuer): parse it now, not on new bytes
+            self._loop.call_soon(self.drain)
+        if self._read_timeout_s is not None:
+            self._last_activity = self._loop.time()
+            self._timer = self._loop.call_at(
+                self._last_activity + self._read_timeout_s, self._check_timeout
+            )
+        if self._rescuer is None:
+            self._rescuer = StallRescuer.for_loop(self._loop)
+            self._rescuer.watch(self, rescue=self.mode is StampMode.KERNEL)
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._sock.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _stop(self) -> None:
+        self._stopped = True
+        self.close()
+
+    def _check_timeout(self) -> None:
+        assert self._read_timeout_s is not None
+        idle = self._loop.time() - self._last_activity
+        if idle >= self._read_timeout_s:
+            self._timer = None
+            self._fail(UpstreamStreamError("read timed out: no bytes within the read timeout"))
+        else:
+            self._timer = self._loop.call_at(
+                self._last_activity + self._read_timeout_s, self._check_timeout
+            )
+
+    def _fail(self, error: BaseException) -> None:
+        self._stop_reading()
+        self._wake(error)
+
+    def pull(self) -> bool:
+        """Read what the socket holds into the queue; True if something was queued.
+
+        Runs on the loop and, while the loop is stalled, on the rescuer's thread: the lock
+        keeps reads and their place in the queue in one order.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                if self._wall is not None:
+                    data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
+                    wall = stamp_from_ancillary(ancillary)
+                    if wall is None:
+                        stamp = self.clock.now_ns()
+                        self.unstamped_reads += data != b""
+                    else:
+                        stamp = self._wall.to_clock(wall)
+                else:
+                    data = self._sock.recv(READ_SIZE)
+                    stamp = self.clock.now_ns()
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError as exc:
+                self._pending.append((-1, reason(exc).encode()))
+                return True
+            self._pending.append((stamp, data))
+            return True
+
+    def _on_readable(self) -> None:
+        rescuer = self._rescuer
+        if rescuer is not None:
+            rescuer.loop_reads += 1
+        if self.pull():
+            self.drain()
+
+    def drain(self) -> None:
+        """Parse the queued reads in order (on the loop; the rescuer schedules it too)."""
+        pending = self._pending
+        if self._read_timeout_s is not None and pending:
+            self._last_activity = self._loop.time()
+        while pending and self._error is None and not self._ended and not self._closed:
+            stamp, data = pending.popleft()
+            if stamp < 0:
+                self._broken(data.decode())
+                break
+            self._stamp = stamp
+            if not data:
+                self._end_of_stream()
+                break
+            try:
+                if self._tls is not None:
+                    data = self._tls.decrypt(data)
+                self._parser.feed_data(data)
+            except httptools.HttpParserCallbackError as exc:
+                # Raised by our callbacks or the caller's sink: that error, not the parser's.
+                self._fail(exc.__context__ or exc)
+            except httptools.HttpParserError as exc:
+                self._fail(ProtocolError(f"the server's response is not valid HTTP/1.1: {exc}"))
+            except (ProtocolError, UpstreamStreamError) as exc:
+                self._fail(exc)
+            if self._head is not None and self._sink is None and self._reading:
+                # The caller decides what to do with the body once it has seen the head.
+                self._stop_reading()
+                break
+        if self._ended:
+            pending.clear()
+            self._stop_reading()
+        self._wake()
+
+    def _end_of_stream(self) -> None:
+        if self._head is not None and not self._framed:
+            self.on_message_complete()  # a close-delimited body ends with the connection
+        elif self._head is None:
+            self._fail(UpstreamStreamError("the server closed the connection without answering"))
+        else:
+            self._fail(
+                UpstreamStreamError(
+                    "connection lost mid-stream: the server closed the connection before "
+                    "the body ended"
+                )
+            )
+
+    def _broken(self, reason: str) -> None:
+        if self._head is None:
+            self._fail(UpstreamStreamError(f"the server closed the connection: {reason}"))
+        else:
+            self._fail(UpstreamStreamError(f"connection lost mid-stream: {reason}"))
+
+    # -- httptools callbacks -------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > _HEAD_LIMIT:
+            raise ProtocolError(f"the response headers are larger than {_HEAD_LIMIT} bytes")
+        if name:
+            self._header_name = name
+        key = self._header_name.decode("latin-1").lower()
+        previous = self._headers.get(key, "") if not name else ""
+        self._headers[key] = previous + value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        headers = self._headers
+        self._framed = (
+            "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
+        )
+        reason = phrase(status)
+        self._head = ResponseHead(status, reason, headers, self._stamp)
+
+    def on_body(self, body: bytes) -> None:
+        if self._stopped:
+            return
+        sink = self._sink
+        if sink is None:
+            self._early_bytes += len(body)
+            if self._early_bytes > _EARLY_LIMIT:
+                raise ProtocolError("too much body before the caller asked for it")
+            self._early.append((self._stamp, body))
+        elif sink(self._stamp, body):
+            self._stop()
+
+    def on_message_complete(self) -> None:
+        self._complete = True

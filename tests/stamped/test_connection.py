@@ -1,0 +1,263 @@
+"""The stamped connection against a scripted loopback server: bodies, failures, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from steadystream._clock import MonotonicClock
+from steadystream._exceptions import ProtocolError, UpstreamConnectError, UpstreamStreamError
+from steadystream._processes import free_port
+from steadystream.stamped import StampedConnection, StampMode, Target
+
+from .conftest import SSE_HEAD, Script, ScriptedServer, chunked, read_request
+
+Serve = Callable[..., ScriptedServer]
+MODES = [StampMode.KERNEL, StampMode.USER]
+
+
+async def exchange(
+    url: str,
+    mode: StampMode,
+    *,
+    read_timeout_s: float | None = 5.0,
+    stop_after: int | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[int, dict[str, str], list[tuple[int, bytes]]]:
+    conn = await StampedConnection.open(
+        Target.from_url(url),
+        MonotonicClock(),
+        mode,
+        read_timeout_s=read_timeout_s,
+        ssl_context=ssl_context,
+    )
+    try:
+        sent = await conn.send("POST", {"X-Request-ID": "r1"}, b'{"stream": true}')
+        head = await conn.head()
+        assert head.header_ns >= sent - 1_000_000
+        pieces: list[tuple[int, bytes]] = []
+
+        def sink(stamp: int, data: bytes) -> bool:
+            pieces.append((stamp, data))
+            return stop_after is not None and len(pieces) >= stop_after
+
+        await conn.stream_body(sink)
+        return head.status, head.headers, pieces
+    finally:
+        conn.close()
+
+
+def events_script(*bodies: bytes, head: bytes = SSE_HEAD, end: bytes = b"0\r\n\r\n") -> Script:
+    def script(peer: socket.socket) -> None:
+        peer.sendall(head)
+        for body in bodies:
+            peer.sendall(body)
+            time.sleep(0.005)
+        peer.sendall(end)
+
+    return script
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chunked_body_arrives_in_order_with_rising_stamps(serve: Serve, mode: StampMode) -> None:
+    server = serve(events_script(*(chunked(b"data: %d\n\n" % i) for i in range(4))))
+    status, headers, pieces = asyncio.run(exchange(server.url, mode))
+    assert status == 200
+    assert headers["content-type"] == "text/event-stream"
+    assert b"".join(data for _, data in pieces) == b"".join(b"data: %d\n\n" % i for i in range(4))
+    stamps = [stamp for stamp, _ in pieces]
+    assert stamps == sorted(stamps)
+    request = server.requests[0]
+    assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nX-Request-ID: r1\r\n" in request
+    assert request.endswith(b'\r\n\r\n{"stream": true}')
+
+
+def test_content_length_and_close_delimited_bodies(serve: Serve) -> None:
+    body = b"data: one\n\ndata: two\n\n"
+    fixed = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+    server = serve(events_script(body, head=fixed, end=b""))
+    _, _, pieces = asyncio.run(exchange(server.url, StampMode.KERNEL))
+    assert b"".join(data for _, data in pieces) == body
+    open_ended = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+    server = serve(events_script(body, head=open_ended, end=b""))
+    _, _, pieces = asyncio.run(exchange(server.url, StampMode.KERNEL))
+    assert b"".join(data for _, data in pieces) == body  # the close ends it, cleanly
+
+
+def test_the_sink_can_stop_the_stream(serve: Serve) -> None:
+    server = serve(events_script(*(chunked(b"data: %d\n\n" % i) for i in range(20))))
+    _, _, pieces = asyncio.run(exchange(server.url, StampMode.KERNEL, stop_after=2))
+    assert len(pieces) == 2
+
+
+def test_connection_refused_and_dns_failure() -> None:
+    port = free_port()
+    with pytest.raises(UpstreamConnectError, match=f"cannot connect to http://127.0.0.1:{port}: "):
+        asyncio.run(exchange(f"http://127.0.0.1:{port}/v1", StampMode.KERNEL))
+
+    async def no_such_host(host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
+        raise OSError(socket.EAI_NONAME, "Name or service not known")
+
+    async def resolve_fails() -> None:
+        await StampedConnection.open(
+            Target.from_url("http://nowhere.invalid/v1"),
+            MonotonicClock(),
+            StampMode.USER,
+            resolve=no_such_host,
+        )
+
+    with pytest.raises(UpstreamConnectError, match=r"DNS failure: .* http://nowhere\.invalid$"):
+        asyncio.run(resolve_fails())
+
+
+def reset(peer: socket.socket) -> None:
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_reset_mid_stream_is_reported(serve: Serve, mode: StampMode, loop: str) -> None:
+    # uvloop's add_reader never calls back for a reset socket: the rescuer's thread sees it.
+    def mid(peer: socket.socket) -> None:
+        peer.sendall(SSE_HEAD + chunked(b"data: 1\n\n"))
+        time.sleep(0.02)
+        reset(peer)
+
+    server = serve(mid)
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with (
+        asyncio.Runner(loop_factory=factory) as runner,
+        pytest.raises(UpstreamStreamError, match=r"connection lost mid-stream: .*reset"),
+    ):
+        runner.run(exchange(server.url, mode, read_timeout_s=2.0))
+
+
+def test_a_reset_or_a_close_before_the_head(serve: Serve) -> None:
+    server = serve(lambda peer: None)  # closes without a word
+    with pytest.raises(UpstreamStreamError, match="closed the connection without answering"):
+        asyncio.run(exchange(server.url, StampMode.KERNEL))
+
+    def cut(peer: socket.socket) -> None:
+        peer.sendall(SSE_HEAD + chunked(b"data: 1\n\n"))  # no last chunk: a cut body
+
+    server = serve(cut)
+    with pytest.raises(UpstreamStreamError, match="before the body ended"):
+        asyncio.run(exchange(server.url, StampMode.USER))
+
+
+def test_read_timeout(serve: Serve) -> None:
+    def silent(peer: socket.socket) -> None:
+        peer.sendall(SSE_HEAD)
+        time.sleep(0.5)
+
+    server = serve(silent)
+    started = time.monotonic()
+    with pytest.raises(UpstreamStreamError, match="read timed out"):
+        asyncio.run(exchange(server.url, StampMode.KERNEL, read_timeout_s=0.1))
+    assert time.monotonic() - started < 0.45
+
+
+def test_bytes_that_are_not_http(serve: Serve) -> None:
+    server = serve(lambda peer: peer.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"))
+    with pytest.raises(ProtocolError, match=r"not valid HTTP/1\.1"):
+        asyncio.run(exchange(server.url, StampMode.KERNEL))
+    huge = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
+    server = serve(lambda peer: peer.sendall(huge))
+    with pytest.raises(ProtocolError, match="headers are larger than"):
+        asyncio.run(exchange(server.url, StampMode.KERNEL))
+
+
+def test_header_injection_is_refused(serve: Serve) -> None:
+    server = serve(events_script())
+
+    async def inject() -> None:
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.USER
+        )
+        try:
+            await conn.send("POST", {"X-Bad": "a\r\nHost: evil"}, b"")
+        finally:
+            conn.close()
+
+    with pytest.raises(ValueError, match="X-Bad"):
+        asyncio.run(inject())
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_https_through_memory_buffers(
+    serve: Serve, certificate: tuple[Path, Path], mode: StampMode
+) -> None:
+    cert, key = certificate
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    bodies = [chunked(b"data: %d\n\n" % i) for i in range(3)]
+
+    def script(peer: socket.socket) -> None:
+        with server_context.wrap_socket(peer, server_side=True) as tls:
+            read_request(tls)
+            events_script(*bodies)(tls)
+
+    # The scripted server reads the request before the script runs; over TLS the
+    # handshake has to come first, so this server reads nothing itself.
+    server = serve(script, read_request=False)
+    client_context = ssl.create_default_context(cafile=str(cert))
+    url = server.url.replace("http://", "https://")
+    status, _, pieces = asyncio.run(exchange(url, mode, ssl_context=client_context))
+    assert status == 200
+    assert b"".join(data for _, data in pieces) == b"".join(b"data: %d\n\n" % i for i in range(3))
+    wrong = ssl.create_default_context()  # does not trust the self-signed certificate
+    server = serve(script, read_request=False)
+    url = server.url.replace("http://", "https://")
+    with pytest.raises(UpstreamConnectError, match=r"TLS failure talking to https://127\.0\.0\.1"):
+        asyncio.run(exchange(url, mode, ssl_context=wrong))
+
+
+def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
+    bodies = [b"data: %d\n\n" % i for i in range(5)]
+    server = serve(events_script(*(chunked(body) for body in bodies)))
+
+    async def pull() -> list[tuple[int, bytes]]:
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
+        )
+        try:
+            await conn.send("POST", {}, b"{}")
+            pieces: list[tuple[int, bytes]] = []
+            while True:
+                stamp, data = await conn.next_piece()
+                if not data:
+                    return pieces
+                pieces.append((stamp, data))
+                await asyncio.sleep(0.001)  # a consumer that awaits between pieces
+        finally:
+            conn.close()
+
+    pieces = asyncio.run(pull())
+    assert b"".join(data for _, data in pieces) == b"".join(bodies)
+    assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)
