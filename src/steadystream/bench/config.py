@@ -104,6 +104,12 @@ def _token_count(name: str) -> Callable[[str | None], str | None]:
     return _checked(parse)
 
 
+def _engine_metrics(text: str) -> object:
+    from steadystream.engine_metrics import check_option
+
+    return check_option(text)
+
+
 def _cancel_point(text: str) -> object:
     from steadystream.bench.cancel import CancelPoint
 
@@ -280,6 +286,15 @@ class BenchConfig(BaseModel):
         Flag("key=value on every stream (route, tenant...).", OUTPUT, ("--label",)),
     ] = {}
     keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
+    engine_metrics: Annotated[
+        str | None,
+        AfterValidator(_checked(_engine_metrics)),
+        Flag(
+            "Scrape engine metrics every 100 ms into RUN.engine-metrics.jsonl: auto (the"
+            " server's own /metrics, when it answers) or a URL.",
+            OUTPUT,
+        ),
+    ] = None
     stall_threshold: Annotated[
         Duration, Flag("A gap above this is a stall.", GATE_AND_SWEEP, text=True)
     ] = Field(400 * NS_PER_MS, gt=0)
