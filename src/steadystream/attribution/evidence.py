@@ -33,6 +33,7 @@ __all__ = ["ALIGN_NS", "HEAD_LUMP", "EngineReading", "Evidence", "Neighbours", "
 HEAD_LUMP = 5  # text events released at once with the first token: a held head
 STARVED_LAG_S = 0.05  # the lab's steps starting this late on average: its host is short of CPU
 ALIGN_NS = 10_000_000  # streams resuming this close together ended one and the same step
+MAX_NEIGHBOURS = 64  # streams asked whether they paused with a stall (a sample beyond that)
 
 # The engine's counters move at step boundaries and are scraped every 100 ms: read them from
 # a little before the gap opened (a preemption happens at the boundary that starts it) to a
@@ -127,6 +128,11 @@ class Neighbours:
         lo, hi = start_ns + quarter, end_ns - quarter
         opened = self._sent if first_token else self._first
         candidates = np.flatnonzero((opened <= lo) & (self._last >= hi))
+        if len(candidates) > MAX_NEIGHBOURS:
+            # A share is as well told by a sample: a fixed, evenly spread one keeps the cost
+            # of a 100,000-stream run bounded and the answer reproducible.
+            pick = np.linspace(0, len(candidates) - 1, MAX_NEIGHBOURS).astype(np.int64)
+            candidates = candidates[pick]
         stretched = count = 0
         for i in candidates:
             other = self._streams[int(i)]

@@ -86,8 +86,8 @@ class StreamView:
         opened = 0 if from_request else self.times[0]
         if opened > start or self.times[-1] < end:
             return None
-        lo = int(np.searchsorted(self.times, start, side="right"))
-        hi = int(np.searchsorted(self.times, end, side="left"))
+        lo = int(self.times.searchsorted(start, side="right"))
+        hi = int(self.times.searchsorted(end, side="left"))
         return hi <= lo
 
     def lump_after(self, position: int) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.bench.health import token_notes
 from steadystream.bench.runner import RunResult
@@ -53,7 +55,18 @@ def summarise(
     attributed to causes (with ``engine``, the engine metrics scraped during the run)."""
     table = stream_table(timelines, config)
     fleet = fleet_metrics(table, config)
-    explanation = explain(timelines, stall_threshold_ns=config.stall_threshold_ns, engine=engine)
+    threshold_s = config.stall_threshold_ns / 1e9
+    with np.errstate(invalid="ignore"):
+        stalled = bool(
+            (table.column("max_gap_s") > threshold_s).any()
+            or (table.column("ttft_s") > threshold_s).any()
+        )
+    # Attribution is the costly part of a large run's summary: only when there is a stall.
+    explanation = (
+        explain(timelines, stall_threshold_ns=config.stall_threshold_ns, engine=engine)
+        if stalled
+        else None
+    )
     groups: dict[str, FleetMetrics] = {}
     if by is not None:
         values = sorted({t.labels.get(by, "") for t in timelines})
@@ -67,7 +80,7 @@ def summarise(
         by=by,
         worst=[table.row(i) for i in worst_streams(table, worst)],
         findings=find(table, fleet, config, explanation),
-        explanation=explanation if explanation.stalls else None,
+        explanation=explanation if explanation is not None and explanation.stalls else None,
     )
 
 
