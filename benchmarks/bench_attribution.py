@@ -73,15 +73,9 @@ BLENDS: dict[str, dict[str, Any]] = {
     },
     "blend-kv-hiccups": {
         "description": "a small KV cache under background load, on a connection that hiccups",
-        "scheduler": {"prefill_per_token_ms": 0.05},
-        "kv_cache": {"block_tokens": 16, "total_blocks": 256},
-        "output": {"min_tokens": 300, "max_tokens": 500},
-        "background": {
-            "every_ms": 600.0,
-            "first_at_ms": 0.0,
-            "max_alive": 6,
-            "prompt_tokens": 600,
-            "output_tokens": 200,
+        **{
+            section: getattr(PRESETS["kv-pressure"], section).model_dump()
+            for section in ("scheduler", "kv_cache", "output", "background")
         },
         "network": {
             "jitter_ms": 4.0,

@@ -108,22 +108,28 @@ def test_targets_and_redaction() -> None:
     assert redact_url("http://user:secret@h:1/metrics?token=abc") == "http://h:1/metrics"
 
 
-def test_the_scraper_records_the_labs_vllm_series(tmp_path: Path) -> None:
-    path = tmp_path / "m.jsonl"
+def scrape_for(url: str, path: Path, seconds: float) -> tuple[EngineScraper, bool]:
+    """Scrape ``url`` every 20 ms for ``seconds``; the scraper and whether it answered first."""
 
-    async def scrape(url: str) -> EngineScraper:
+    async def scrape() -> tuple[EngineScraper, bool]:
         async with aiohttp.ClientSession() as session:
             scraper = EngineScraper(url, path, session, interval_s=0.02)
-            assert await scraper.probe()
+            answered = await scraper.probe()
             stop = asyncio.Event()
             task = asyncio.create_task(scraper.run(stop))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(seconds)
             stop.set()
             await asyncio.wait_for(task, 2)
-            return scraper
+            return scraper, answered
 
+    return asyncio.run(scrape())
+
+
+def test_the_scraper_records_the_labs_vllm_series(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
     with LabServer("steady") as lab:
-        scraper = asyncio.run(scrape(f"{lab.url}/metrics"))
+        scraper, answered = scrape_for(f"{lab.url}/metrics", path, 0.2)
+    assert answered
     assert scraper.scrapes >= 3
     records = [orjson.loads(x) for x in path.read_bytes().splitlines()]
     assert len(records) == scraper.scrapes
@@ -136,18 +142,8 @@ def test_the_scraper_records_the_labs_vllm_series(tmp_path: Path) -> None:
 def test_a_dead_endpoint_is_counted_not_fatal(tmp_path: Path) -> None:
     from steadystream._processes import free_port
 
-    async def scrape() -> EngineScraper:
-        async with aiohttp.ClientSession() as session:
-            url = f"http://127.0.0.1:{free_port()}/metrics"
-            scraper = EngineScraper(url, tmp_path / "m.jsonl", session, interval_s=0.02)
-            assert not await scraper.probe()
-            stop = asyncio.Event()
-            task = asyncio.create_task(scraper.run(stop))
-            await asyncio.sleep(0.1)
-            stop.set()
-            await asyncio.wait_for(task, 2)
-            return scraper
-
-    scraper = asyncio.run(scrape())
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    scraper, answered = scrape_for(url, tmp_path / "m.jsonl", 0.1)
+    assert not answered
     assert scraper.scrapes == 0
     assert scraper.failures >= 2

@@ -5,9 +5,9 @@ Python caller builds by hand; both get the same checks, at construction, with th
 the command line prints (they name options as ``--flag``, the field's name with dashes).
 Each field carries a :class:`Flag`: its help, its help panel and any short names. The
 command line is generated from these fields (:mod:`steadystream.cli.bench`), so adding an
-option is one field here, and the code that uses it::
+option is one field here, and the code that uses it (``engine_metrics`` below came so)::
 
-    engine_metrics: Annotated[bool, Flag("Scrape the engine's /metrics.", OUTPUT)] = False
+    keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
 
 Durations are written as on the command line (``"400ms"``; a bare number is seconds) and
 held as integer nanoseconds. Values that name things outside the process (the prompts file,
