@@ -248,3 +248,13 @@ def test_totals_and_most_hurt_streams() -> None:
     share = payload["by_cause"]["kv-preemption"]
     assert share["stalls"] == 2
     assert share["share"] == pytest.approx(1.0)
+
+
+def test_an_edge_that_finished_during_the_clients_freeze_places_it() -> None:
+    # The gateway wrote the whole answer while the client's connection was frozen: it ended
+    # inside the gap, and its events during the gap place the freeze after it.
+    client = stream([*cadence(30, 10), *[255 + 600 + 0.01 * i for i in range(20)]], stream_id="r")
+    short = stream(cadence(28, 30), stream_id="r", where=Where.GATEWAY_DOWNSTREAM)  # ends at 753
+    (stall,) = explain([client, short]).stalls
+    assert "absent at gateway-downstream, present at client" in stall.evidence
+    assert stall.confidence == pytest.approx(0.95)

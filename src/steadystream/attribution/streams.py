@@ -76,19 +76,23 @@ class StreamView:
     def silent_between(
         self, wall_start_ns: int, wall_end_ns: int, *, from_request: bool = False
     ) -> bool | None:
-        """Whether no text event came in the wall-clock window; None when this stream was not
-        open across it (or has no wall clock) and so cannot say. Open means from its first
-        text event on, or with ``from_request`` from its request on (a wait for the first
-        token is a gap too)."""
+        """Whether no text event came in the wall-clock window: False when one did; True
+        when none did and the stream was open across the window; None when it has no wall
+        clock, or got nothing in the window without being open across it (it had not begun,
+        or had already ended), and so cannot say. Open means from its first text event on, or
+        with ``from_request`` from its request on (a wait for the first token is a gap too).
+        """
         if self.wall0_ns is None or not len(self.times):
             return None
         start, end = wall_start_ns - self.wall0_ns, wall_end_ns - self.wall0_ns
+        lo = int(self.times.searchsorted(start, side="right"))
+        hi = int(self.times.searchsorted(end, side="left"))
+        if hi > lo:
+            return False  # it got something meanwhile, whether or not it was open throughout
         opened = 0 if from_request else self.times[0]
         if opened > start or self.times[-1] < end:
             return None
-        lo = int(self.times.searchsorted(start, side="right"))
-        hi = int(self.times.searchsorted(end, side="left"))
-        return hi <= lo
+        return True
 
     def lump_after(self, position: int) -> int:
         """Text events that arrived together starting at ``position`` (1: it came alone)."""
