@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,9 @@ from steadystream._types import TokenSource, Where
 from steadystream._units import format_duration, format_share
 from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
 from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
+
+if TYPE_CHECKING:
+    from steadystream.attribution import Explanation
 
 __all__ = ["Finding", "find"]
 
@@ -45,11 +49,21 @@ class Finding:
     streams: int  # how many streams it concerns
 
 
-def find(table: StreamTable, fleet: FleetMetrics, config: MetricConfig) -> list[Finding]:
-    """Findings for a run, most important first."""
+def find(
+    table: StreamTable,
+    fleet: FleetMetrics,
+    config: MetricConfig,
+    explanation: Explanation | None = None,
+) -> list[Finding]:
+    """Findings for a run, most important first; with an ``explanation`` (attribution of
+    its stalls), the cause of most stall time and what to do about it comes first."""
     found: list[Finding] = []
     if len(table) == 0:
         return found
+    if explanation is not None:
+        cause = _dominant_cause(explanation)
+        if cause is not None:
+            found.append(cause)
     col = table.column
     threshold = config.stall_threshold_ns / 1e9
     worst, p99 = col("max_gap_s"), col("gap_p99_s")
@@ -212,3 +226,18 @@ def _first_byte_delay(
     if not len(delays):
         return None
     return float(np.median(delays)), len(delays)
+
+
+def _dominant_cause(explanation: Explanation) -> Finding | None:
+    """The cause of most stall time, and its mitigation (docs/attribution.md)."""
+    top = explanation.dominant
+    if top is None:
+        return None
+    streams = len({s.stream_id for s in explanation.stalls if s.cause == top.cause})
+    total = round(explanation.stall_time_s * 1e9)
+    return Finding(
+        "stall-cause",
+        f"{top.share:.0%} of stall time ({format_duration(round(top.time_s * 1e9))} of"
+        f" {format_duration(total)}, {top.stalls} stalls) is {top.cause}: {top.mitigation}.",
+        streams,
+    )

@@ -29,8 +29,10 @@ def test_report_with_baseline_and_whatif(tmp_path: Path, baseline_file: Path) ->
     result = runner.invoke(app, [*args, "--whatif", "leaky", "--whatif", "rechunk"])
     assert result.exit_code == 0, result.output
     assert f"wrote {out}" in result.output
-    assert "30 streams, 6 charts, 3 findings" in result.output
+    assert "30 streams, 6 charts, 4 findings" in result.output  # the stall cause is one
     page = out.read_text()
+    assert "of stall time" in page
+    assert "stall cause" in page
     assert "<title>Stream report: sample-run.jsonl</title>" in page
     assert "3 streams from base.jsonl" in page
     assert page.count("<tr><td>") == 3  # as recorded, leaky, rechunk

@@ -10,6 +10,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from steadystream import Timeline
+from steadystream.attribution import explain
 from steadystream.findings import find
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_table
 from steadystream.report import CHART_IDS, Report, build_report, render_html
@@ -83,8 +84,10 @@ def test_findings_point_at_their_charts(
 ) -> None:
     config = MetricConfig()
     table = stream_table(sample_run, config)
-    codes = [f.code for f in find(table, fleet_metrics(table, config), config)]
+    explained = explain(sample_run, stall_threshold_ns=config.stall_threshold_ns)
+    codes = [f.code for f in find(table, fleet_metrics(table, config), config, explained)]
     assert [f.code for f in report.findings] == codes
+    assert codes[0] == "stall-cause"  # the dominant cause of its stalls comes first
     assert {"p99-hides-freezes", "single-token-chunks", "head-burst"} <= set(codes)
     for finding in report.findings:
         assert finding.chart in CHART_IDS

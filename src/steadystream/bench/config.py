@@ -5,9 +5,9 @@ Python caller builds by hand; both get the same checks, at construction, with th
 the command line prints (they name options as ``--flag``, the field's name with dashes).
 Each field carries a :class:`Flag`: its help, its help panel and any short names. The
 command line is generated from these fields (:mod:`steadystream.cli.bench`), so adding an
-option is one field here, and the code that uses it::
+option is one field here, and the code that uses it (``engine_metrics`` below came so)::
 
-    engine_metrics: Annotated[bool, Flag("Scrape the engine's /metrics.", OUTPUT)] = False
+    keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
 
 Durations are written as on the command line (``"400ms"``; a bare number is seconds) and
 held as integer nanoseconds. Values that name things outside the process (the prompts file,
@@ -102,6 +102,12 @@ def _token_count(name: str) -> Callable[[str | None], str | None]:
         return TokenCount.parse(text, name=name)
 
     return _checked(parse)
+
+
+def _engine_metrics(text: str) -> object:
+    from steadystream.engine_metrics import check_option
+
+    return check_option(text)
 
 
 def _cancel_point(text: str) -> object:
@@ -287,6 +293,15 @@ class BenchConfig(BaseModel):
         Flag("key=value on every stream (route, tenant...).", OUTPUT, ("--label",)),
     ] = {}
     keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
+    engine_metrics: Annotated[
+        str | None,
+        AfterValidator(_checked(_engine_metrics)),
+        Flag(
+            "Scrape engine metrics every 100 ms into RUN.engine-metrics.jsonl: auto (the"
+            " server's own /metrics, when it answers) or a URL.",
+            OUTPUT,
+        ),
+    ] = None
     stall_threshold: Annotated[
         Duration, Flag("A gap above this is a stall.", GATE_AND_SWEEP, text=True)
     ] = Field(400 * NS_PER_MS, gt=0)

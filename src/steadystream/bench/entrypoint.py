@@ -28,6 +28,7 @@ from steadystream.bench.session import Bench
 from steadystream.bench.summary import Summary, run_notes, summarise
 from steadystream.bench.sweep import SweepResult, run_sweep
 from steadystream.bench.verdict import GateVerdict, judge_runs, load_run
+from steadystream.engine_metrics import scraping
 from steadystream.files import JsonlWriter
 from steadystream.metrics import FleetMetrics, fleet_metrics
 
@@ -96,8 +97,10 @@ async def run_bench(
         ttft_target_ns=plan.metrics.ttft_target_ns,
         stamps=plan.stamps.value,
     )
+    scraped: list[str] = []  # what the engine-metrics scraper says, for the summary's notes
+    scraper = scraping(settings.engine_metrics, plan.endpoint.origin, plan.output, scraped.append)
     with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
-        async with bench:
+        async with bench, scraper:
             try:
                 if settings.warmup:
                     await bench.warm_up(settings.warmup)
@@ -115,6 +118,7 @@ async def run_bench(
         outcome.written = writer.written
     if outcome.result is not None:
         outcome.summary = _summary(outcome.result, plan)
+        outcome.summary.notes.extend(scraped)
     judged = outcome.result is not None and not outcome.interrupted
     if plan.baseline is not None and judged and not outcome.nothing_succeeded:
         outcome.verdict = judge_runs(

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.bench.health import token_notes
 from steadystream.bench.runner import RunResult
 from steadystream.findings import Finding, find
@@ -36,15 +39,34 @@ class Summary:
     by: str | None
     worst: list[StreamMetrics]
     findings: list[Finding]
+    explanation: Explanation | None = None  # the cause of each stall, when there are stalls
     notes: list[str] = field(default_factory=list)
 
 
 def summarise(
-    timelines: Sequence[Timeline], config: MetricConfig, *, by: str | None = None, worst: int = 10
+    timelines: Sequence[Timeline],
+    config: MetricConfig,
+    *,
+    by: str | None = None,
+    worst: int = 10,
+    engine: EngineSamples | None = None,
 ) -> Summary:
-    """Summarise ``timelines``; with ``by``, also per value of that label."""
+    """Summarise ``timelines``; with ``by``, also per value of that label. Stalls are
+    attributed to causes (with ``engine``, the engine metrics scraped during the run)."""
     table = stream_table(timelines, config)
     fleet = fleet_metrics(table, config)
+    threshold_s = config.stall_threshold_ns / 1e9
+    with np.errstate(invalid="ignore"):
+        stalled = bool(
+            (table.column("max_gap_s") > threshold_s).any()
+            or (table.column("ttft_s") > threshold_s).any()
+        )
+    # Attribution is the costly part of a large run's summary: only when there is a stall.
+    explanation = (
+        explain(timelines, stall_threshold_ns=config.stall_threshold_ns, engine=engine)
+        if stalled
+        else None
+    )
     groups: dict[str, FleetMetrics] = {}
     if by is not None:
         values = sorted({t.labels.get(by, "") for t in timelines})
@@ -57,7 +79,8 @@ def summarise(
         groups=groups,
         by=by,
         worst=[table.row(i) for i in worst_streams(table, worst)],
-        findings=find(table, fleet, config),
+        findings=find(table, fleet, config, explanation),
+        explanation=explanation if explanation is not None and explanation.stalls else None,
     )
 
 

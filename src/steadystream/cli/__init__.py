@@ -32,7 +32,17 @@ def _root(
     """See and fix the stutter in LLM token streams."""
 
 
-_COMMANDS = ("analyze", "lab", "bench", "gate", "whatif", "gateway", "report", "demo")
+_COMMANDS = (
+    "analyze",
+    "explain",
+    "lab",
+    "bench",
+    "gate",
+    "whatif",
+    "gateway",
+    "report",
+    "demo",
+)
 
 
 def _register() -> None:

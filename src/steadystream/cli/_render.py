@@ -94,6 +94,16 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
                 m.outcome.value,
             )
         console.print(worst)
+    if summary.explanation is not None:
+        from steadystream.cli._explain_view import print_by_cause
+
+        explained = summary.explanation
+        print_by_cause(
+            explained,
+            console,
+            title=f"Stall time by cause ({len(explained.stalls)} stalls, waits for a first token"
+            " included; steadystream explain tells why each)",
+        )
     for finding in summary.findings:
         console.print(f"[bold yellow]finding[/] [dim]{finding.code}[/]: {finding.message}")
     for note in summary.notes:
@@ -123,6 +133,11 @@ def to_json(summary: Summary) -> str:
         "findings": [
             {"code": f.code, "message": f.message, "streams": f.streams} for f in summary.findings
         ],
+        "stall_causes": (
+            None
+            if summary.explanation is None
+            else {c.cause: c.to_json() for c in summary.explanation.by_cause}
+        ),
         "notes": summary.notes,
     }
     return orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode()

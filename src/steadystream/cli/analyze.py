@@ -46,6 +46,7 @@ def analyze(
     from steadystream.bench.summary import summarise
     from steadystream.bench.verdict import load_runs
     from steadystream.cli import _render
+    from steadystream.cli._inputs import read_engine_beside
     from steadystream.metrics import LABEL_DIMENSIONS
 
     if by is not None and by not in LABEL_DIMENSIONS:
@@ -62,7 +63,8 @@ def analyze(
     )
     with exit_on_error():
         timelines, notes = load_runs(files)
-    summary = summarise(timelines, config, by=by, worst=worst)
+        engine = read_engine_beside(files, None, notes)
+    summary = summarise(timelines, config, by=by, worst=worst, engine=engine)
     summary.notes[:0] = notes
     if json_output:
         typer.echo(_render.to_json(summary))

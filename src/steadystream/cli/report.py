@@ -60,6 +60,7 @@ def report(
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
     from steadystream.bench.verdict import load_runs
+    from steadystream.cli._inputs import read_engine_beside
     from steadystream.report import build_report, write_report
 
     config = metric_config(
@@ -74,6 +75,7 @@ def report(
     )
     with exit_on_error():
         timelines, notes = load_runs(files)
+        engine = read_engine_beside(files, None, [])
         base, base_notes = load_runs(baseline) if baseline else (None, [])
         comparison = None
         if whatif:
@@ -91,6 +93,7 @@ def report(
             sources=[p.name for p in files],
             baseline_sources=[p.name for p in baseline or []],
             notes=notes + base_notes,
+            engine=engine,
         )
         size = write_report(built, output)
         typer.echo(

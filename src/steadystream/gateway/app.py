@@ -51,6 +51,7 @@ from steadystream.gateway.requests import (
     Route as RouteName,
 )
 from steadystream.gateway.state import GatewayState, ModelLabels
+from steadystream.gateway.upstream_metrics import scraping_upstreams
 from steadystream.gateway.upstreams import UpstreamPool, open_session
 from steadystream.gateway.whole import WholeRelay
 from steadystream.shaping import Pacer, parse_spec
@@ -110,7 +111,8 @@ def create_app(
                 keep_files=rec.keep_files,
             )
         try:
-            yield
+            async with scraping_upstreams(config):
+                yield
         finally:
             if own_session and state.pool.session is not None:
                 await state.pool.session.close()

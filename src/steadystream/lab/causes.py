@@ -16,22 +16,9 @@ The labels of a gap are the causes charged at least ``label_min_ns``, largest fi
 
 from __future__ import annotations
 
-import enum
+from steadystream._causes import Cause
 
 __all__ = ["Cause", "Extras", "absorb", "charge", "labels", "stage_change"]
-
-
-class Cause(enum.StrEnum):
-    """The true cause of a pause, as the lab records it."""
-
-    QUEUEING = "queueing"  # waited for admission (batch full, or no KV for the prompt)
-    PREFILL_INTERFERENCE = "prefill-interference"  # a step stretched by another's prefill
-    KV_PREEMPTION = "kv-preemption"  # evicted for KV space, waited, then recomputed
-    SPEC_DECODE_REJECTION = "spec-decode-rejection"  # a rejected draft cost a step
-    HEAD_BURST = "head-burst"  # held for the head burst, or paced in the slow tail
-    NETWORK_BUFFERING = "network-buffering"  # delay, jitter or coalescing in transit
-    CONNECTION_HICCUP = "connection-hiccup"  # the connection froze
-    INJECTED_FAULT = "injected-fault"  # a stall, slow first token or silent finish, on purpose
 
 
 Extras = dict[Cause, int]

@@ -72,6 +72,7 @@ class LabMetrics:
         self.running = gauge("vllm:num_requests_running", "Requests in the model batch.")
         self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.")
         self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV cache usage, 1 meaning full.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens prefilled.")
         self.preemptions = counter("vllm:num_preemptions", "Preemptions for KV space.")
         self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Speculative drafts.")
         self.spec_draft_tokens = counter(
@@ -106,13 +107,21 @@ class LabMetrics:
         )
 
     def observe_step(
-        self, running: int, waiting: int, kv_usage: float, iteration_tokens: int
+        self,
+        running: int,
+        waiting: int,
+        kv_usage: float,
+        iteration_tokens: int,
+        prompt_tokens: int = 0,
     ) -> None:
         self.running.set(running)
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
         if iteration_tokens:
             self.iteration_tokens.observe(iteration_tokens)
+        if prompt_tokens:
+            # Recomputed prompts count too, as vLLM's counter counts every prefilled token.
+            self.prompt_tokens.inc(prompt_tokens)
 
     def observe_spec(self, drafts: int, draft_tokens: int, accepted: int) -> None:
         if drafts:

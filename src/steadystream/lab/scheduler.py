@@ -292,7 +292,7 @@ class Scheduler:
             if seq.recompute and seq.generated:
                 charge(seq.extras, Cause.KV_PREEMPTION, duration)
         self.steps += 1
-        self._observe(prefill_tokens + decoded)
+        self._observe(prefill_tokens + decoded, prefill_tokens)
         if self.metrics is not None:
             self.metrics.observe_spec(drafts, draft_tokens, accepted)
         return duration
@@ -401,8 +401,8 @@ class Scheduler:
         seq.step_tokens = n
         return n
 
-    def _observe(self, iteration_tokens: int) -> None:
+    def _observe(self, iteration_tokens: int, prompt_tokens: int = 0) -> None:
         if self.metrics is not None:
             self.metrics.observe_step(
-                len(self.running), self.num_waiting, self.kv_usage, iteration_tokens
+                len(self.running), self.num_waiting, self.kv_usage, iteration_tokens, prompt_tokens
             )

@@ -12,6 +12,7 @@ import numpy as np
 import steadystream.report.charts as charts
 import steadystream.report.data as data
 from steadystream._units import format_duration
+from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.findings import find
 from steadystream.metrics import (
     FleetMetrics,
@@ -23,6 +24,7 @@ from steadystream.metrics import (
 )
 from steadystream.report.cards import headline_cards
 from steadystream.report.model import Chart, Report, ReportFinding, WhatIfTable
+from steadystream.report.stall_causes import add_causes
 from steadystream.report.stall_map import stall_map
 from steadystream.timeline import Timeline
 
@@ -45,6 +47,7 @@ FINDING_CHARTS = {
     "head-burst": "itl-band",
     "tokens-estimated": "run",
     "tokens-in-pieces": "chunks",
+    "stall-cause": "stall-map",
 }
 """The chart where each finding shows; a finding not listed points nowhere."""
 
@@ -59,6 +62,7 @@ def build_report(
     sources: Sequence[str] = (),
     baseline_sources: Sequence[str] = (),
     notes: Sequence[str] = (),
+    engine: EngineSamples | None = None,
 ) -> Report:
     """The report of a run, compared with ``baseline`` when one is given.
 
@@ -67,15 +71,17 @@ def build_report(
 
     ``sources`` name where the timelines came from (file names) for the run description;
     ``notes`` are added to it as they are (for example, a file's cut-off last line).
+    ``engine`` (metrics scraped during the run) sharpens the cause given to each stall.
     """
     cfg = config or MetricConfig()
     table = stream_table(timelines, cfg)
     fleet = fleet_metrics(table, cfg)
     base_table = None if baseline is None else stream_table(baseline, cfg)
     base_fleet = None if base_table is None else fleet_metrics(base_table, cfg)
+    explanation = explain(timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine)
     findings = [
         ReportFinding(f.code, f.message, f.streams, FINDING_CHARTS.get(f.code))
-        for f in find(table, fleet, cfg)
+        for f in find(table, fleet, cfg, explanation)
     ]
     run = _describe(timelines, fleet, cfg, sources, notes)
     if base_fleet is not None:
@@ -89,7 +95,7 @@ def build_report(
         run=run,
         cards=headline_cards(fleet, base_fleet),
         findings=findings,
-        charts=_charts(timelines, table, fleet, cfg, baseline, base_table),
+        charts=_charts(timelines, table, fleet, cfg, baseline, base_table, explanation),
         fleet=fleet,
         baseline=base_fleet,
         whatif=None if whatif is None else _whatif_table(whatif),
@@ -103,6 +109,7 @@ def _charts(
     cfg: MetricConfig,
     baseline: Sequence[Timeline] | None,
     base_table: StreamTable | None,
+    explanation: Explanation,
 ) -> list[Chart]:
     threshold = fleet.stall_threshold_s
     threshold_text = format_duration(cfg.stall_threshold_ns)
@@ -117,6 +124,8 @@ def _charts(
             data.cdf(base_table.column("max_gap_s")),
         )
     stalls = stall_map(timelines, table)
+    stall_figure = charts.stall_map_figure(stalls, threshold)
+    caused = add_causes(stall_figure, stalls, explanation)
     traces = [data.stream_trace(timelines[i]) for i in worst_streams(table, WORST_STREAMS)]
     per_chunk = data.histogram(table.column("tokens_per_chunk"))
     overhead = data.histogram(table.column("envelope_overhead"))
@@ -144,8 +153,8 @@ def _charts(
             "stall-map",
             "Stall map",
             stalls.summary,
-            _stall_map_reading(stalls.grid is None, threshold_text),
-            charts.stall_map_figure(stalls, threshold),
+            _stall_map_reading(stalls.grid is None, threshold_text, caused),
+            stall_figure,
         ),
         Chart(
             "worst-streams",
@@ -175,7 +184,7 @@ def _charts(
     ]
 
 
-def _stall_map_reading(bars: bool, threshold: str) -> str:
+def _stall_map_reading(bars: bool, threshold: str, caused: int = 0) -> str:
     if bars:
         what = "each bar a gap, coloured by its size"
         wait = " Grey is the wait for the first token."
@@ -186,6 +195,12 @@ def _stall_map_reading(bars: bool, threshold: str) -> str:
         f"Each row is a stream, {what}: red is above {threshold}. Red stacked in one column"
         " is a stall that hit many streams at once; red scattered across rows is per-stream"
         f" trouble.{wait}"
+        + (
+            f" The {caused} stalls shown carry a narrow bar in their cause's colour (legend);"
+            " hover for the evidence (steadystream explain)."
+            if caused
+            else ""
+        )
     )
 
 

@@ -60,6 +60,7 @@ class GapGrid:
 class StallMap:
     rows: list[str]  # stream ids, top to bottom: by start (wall clock), else worst first
     clock: str  # "wall": seconds since the run's first request; "request": since each request
+    origin: float | None  # with the wall clock: the run's first request (unix seconds)
     streams: int  # in the run
     worst_kept: int  # rows chosen as the worst streams (0: every stream is shown)
     sampled: int  # rows drawn at random from the rest
@@ -108,6 +109,9 @@ def stall_map(
     chosen, worst_kept, sampled = _choose_rows(table, max_rows, worst_rows, seed)
     picked = [timelines[i] for i in chosen]
     clock, shift = _clock(picked)
+    origin = (
+        min(t.started_at for t in picked if t.started_at is not None) if clock == "wall" else None
+    )
     order = np.argsort(shift, kind="stable")
     picked = [picked[i] for i in order]
     shift = shift[order]
@@ -117,6 +121,7 @@ def stall_map(
     return StallMap(
         rows=rows,
         clock=clock,
+        origin=origin,
         streams=len(timelines),
         worst_kept=worst_kept,
         sampled=sampled,

@@ -1,0 +1,95 @@
+"""Engine metrics scraped during a run, as numbers over wall time (no I/O here).
+
+A scrape is one instant (unix seconds) and the value of each series name summed over its
+label sets. Counters are read as increases over a window, gauges as their peak in it. The
+names are vLLM's (``vllm:num_preemptions_total`` ...), which the lab exports too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "KV_USAGE",
+    "PREEMPTIONS",
+    "PROMPT_TOKENS",
+    "RUNNING",
+    "SPEC_ACCEPTED",
+    "SPEC_DRAFTS",
+    "SPEC_DRAFT_TOKENS",
+    "WAITING",
+    "EngineSamples",
+]  # fmt: skip
+
+PREEMPTIONS = "vllm:num_preemptions_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+LAG_RESETS = "lab:scheduling_lag_resets_total"  # the lab's own: it fell behind its plan
+LAG_SUM = "lab:scheduling_lag_seconds_sum"  # the lab's own: step start minus planned, summed
+LAG_COUNT = "lab:scheduling_lag_seconds_count"
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSamples:
+    """Scrapes in time order: ``times_s`` (unix seconds) and one column per series name."""
+
+    times_s: FloatArray
+    series: dict[str, FloatArray]
+
+    @classmethod
+    def from_scrapes(cls, scrapes: Iterable[tuple[float, Mapping[str, float]]]) -> EngineSamples:
+        """Build from ``(unix_seconds, {name: value})`` pairs, sorted here by time."""
+        rows = sorted(scrapes, key=lambda row: row[0])
+        names = sorted({name for _, values in rows for name in values})
+        times = np.array([t for t, _ in rows], dtype=np.float64)
+        series = {
+            name: np.array([values.get(name, np.nan) for _, values in rows], dtype=np.float64)
+            for name in names
+        }
+        return cls(times, series)
+
+    def __len__(self) -> int:
+        return len(self.times_s)
+
+    def has(self, name: str) -> bool:
+        return name in self.series and bool(np.isfinite(self.series[name]).any())
+
+    def increase(self, name: str, start_s: float, end_s: float) -> float | None:
+        """How much counter ``name`` grew from the last scrape at or before ``start_s`` to
+        the first at or after ``end_s``; None when the scrapes do not cover the window."""
+        values = self.series.get(name)
+        if values is None:
+            return None
+        before = int(np.searchsorted(self.times_s, start_s, side="right")) - 1
+        after = int(np.searchsorted(self.times_s, end_s, side="left"))
+        if before < 0 or after >= len(self.times_s):
+            return None
+        first, last = values[before], values[after]
+        if not np.isfinite(last):
+            return None
+        if not np.isfinite(first):
+            first = 0.0  # a counter not yet exported had counted nothing (vLLM adds them lazily)
+        # A counter that went down was reset (the engine restarted): count from zero.
+        return float(last - first) if last >= first else float(last)
+
+    def peak(self, name: str, start_s: float, end_s: float) -> float | None:
+        """The largest value of gauge ``name`` scraped within the window (None: no scrape)."""
+        values = self.series.get(name)
+        if values is None:
+            return None
+        lo = int(np.searchsorted(self.times_s, start_s, side="left"))
+        hi = int(np.searchsorted(self.times_s, end_s, side="right"))
+        window = values[lo:hi]
+        window = window[np.isfinite(window)]
+        return float(window.max()) if len(window) else None

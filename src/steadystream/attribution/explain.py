@@ -1,0 +1,212 @@
+"""Explain every stall of a run: its cause, how sure, why; stall time by cause (pure).
+
+``explain(timelines, engine=...)`` takes the timelines of a run (any vantage points, joined
+by request id) and, optionally, engine metrics scraped during it, and returns an
+:class:`Explanation`. The CLI, ``analyze``, the report and the findings all read this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from steadystream._types import Where
+from steadystream.attribution.causes import MITIGATIONS
+from steadystream.attribution.engine import EngineSamples
+from steadystream.attribution.evidence import Neighbours, gather
+from steadystream.attribution.rules import decide
+from steadystream.attribution.streams import StreamView, find_stalls, subjects_and_edges
+from steadystream.timeline import Timeline
+
+__all__ = ["AttributedStall", "CauseShare", "Explanation", "HurtStream", "explain"]
+
+DEFAULT_STALL_THRESHOLD_NS = 400_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AttributedStall:
+    """One stall and its cause. Times are ns from the stream's own start."""
+
+    stream_id: str
+    where: Where
+    event_index: int  # the event that ends the gap, among its timeline's events
+    text_index: int  # the same event, among the timeline's text events
+    start_ns: int
+    end_ns: int
+    cause: str
+    confidence: float
+    evidence: str
+    first_token: bool  # the wait for the first token
+    started_at: float | None  # the stall's start on the wall clock (unix seconds)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "where": self.where.value,
+            "event_index": self.event_index,
+            "text_index": self.text_index,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "duration_s": self.duration_s,
+            "first_token": self.first_token,
+            "cause": self.cause,
+            "confidence": round(self.confidence, 3),
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CauseShare:
+    cause: str
+    stalls: int
+    time_s: float
+    share: float  # of all stall time
+    mitigation: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stalls": self.stalls,
+            "time_s": self.time_s,
+            "share": self.share,
+            "mitigation": self.mitigation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HurtStream:
+    stream_id: str
+    stalls: int
+    time_s: float
+    cause: str  # the cause of most of its stall time
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "stalls": self.stalls,
+            "time_s": self.time_s,
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Every stall with its cause, and the totals."""
+
+    stalls: list[AttributedStall]
+    by_cause: list[CauseShare]  # most stall time first
+    hurt: list[HurtStream]  # most stall time first
+    streams: int  # streams explained (one per request, nearest the reader)
+    sources: list[str]  # the evidence that was at hand, in words
+    stall_threshold_ns: int
+
+    @property
+    def stall_time_s(self) -> float:
+        return sum(share.time_s for share in self.by_cause)
+
+    @property
+    def dominant(self) -> CauseShare | None:
+        return self.by_cause[0] if self.by_cause else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "streams": self.streams,
+            "stall_threshold_s": self.stall_threshold_ns / 1e9,
+            "stall_time_s": self.stall_time_s,
+            "sources": self.sources,
+            "by_cause": {share.cause: share.to_json() for share in self.by_cause},
+            "most_hurt": [stream.to_json() for stream in self.hurt],
+            "stalls": [stall.to_json() for stall in self.stalls],
+        }
+
+
+def explain(
+    timelines: Sequence[Timeline],
+    *,
+    stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS,
+    engine: EngineSamples | None = None,
+    worst: int = 10,
+) -> Explanation:
+    """Attribute every stall of ``timelines`` (see the module docstring)."""
+    if stall_threshold_ns <= 0:
+        raise ValueError(f"stall_threshold_ns must be positive, got {stall_threshold_ns}")
+    subjects, by_id = subjects_and_edges(timelines)
+    neighbours = Neighbours(subjects)
+    stalls: list[AttributedStall] = []
+    for stream in subjects:
+        edges = by_id[stream.stream_id]
+        for site in find_stalls(stream, stall_threshold_ns):
+            verdict = decide(gather(site, neighbours, edges, engine))
+            wall = stream.wall(site.start_ns)
+            stalls.append(
+                AttributedStall(
+                    stream_id=stream.stream_id,
+                    where=stream.where,
+                    event_index=site.event_index,
+                    text_index=site.position,
+                    start_ns=site.start_ns,
+                    end_ns=site.end_ns,
+                    cause=verdict.cause,
+                    confidence=verdict.confidence,
+                    evidence=verdict.evidence,
+                    first_token=site.first_token,
+                    started_at=None if wall is None else wall / 1e9,
+                )
+            )
+    return Explanation(
+        stalls=stalls,
+        by_cause=_by_cause(stalls),
+        hurt=_most_hurt(stalls, worst),
+        streams=len(subjects),
+        sources=_sources(subjects, by_id, engine),
+        stall_threshold_ns=stall_threshold_ns,
+    )
+
+
+def _by_cause(stalls: Sequence[AttributedStall]) -> list[CauseShare]:
+    counts: dict[str, int] = {}
+    times: dict[str, float] = {}
+    for stall in stalls:
+        counts[stall.cause] = counts.get(stall.cause, 0) + 1
+        times[stall.cause] = times.get(stall.cause, 0.0) + stall.duration_s
+    total = sum(times.values())
+    shares = [
+        CauseShare(cause, counts[cause], times[cause], times[cause] / total, MITIGATIONS[cause])
+        for cause in times
+    ]
+    shares.sort(key=lambda share: (-share.time_s, share.cause))
+    return shares
+
+
+def _most_hurt(stalls: Sequence[AttributedStall], worst: int) -> list[HurtStream]:
+    per_stream: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for stall in stalls:
+        causes = per_stream.setdefault(stall.stream_id, {})
+        causes[stall.cause] = causes.get(stall.cause, 0.0) + stall.duration_s
+        counts[stall.stream_id] = counts.get(stall.stream_id, 0) + 1
+    hurt = [
+        HurtStream(sid, counts[sid], sum(causes.values()), max(causes, key=causes.__getitem__))
+        for sid, causes in per_stream.items()
+    ]
+    hurt.sort(key=lambda stream: (-stream.time_s, stream.stream_id))
+    return hurt[:worst]
+
+
+def _sources(
+    subjects: Sequence[StreamView],
+    by_id: dict[str, list[StreamView]],
+    engine: EngineSamples | None,
+) -> list[str]:
+    wheres = sorted({s.where.value for s in subjects})
+    sources = [f"{len(subjects)} streams as the {' and '.join(wheres) or 'reader'} saw them"]
+    edges = sorted({v.where.value for group in by_id.values() for v in group} - set(wheres))
+    if edges:
+        sources.append("the same requests at " + ", ".join(edges))
+    if engine is not None and len(engine):
+        sources.append(f"engine metrics ({len(engine)} scrapes)")
+    return sources

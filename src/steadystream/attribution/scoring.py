@@ -1,0 +1,115 @@
+"""Score attributions against the lab's ground truth (pure).
+
+The lab records, per event, the main cause of the gap that ends at it (the ``cause``
+annotation of its timelines, docs/lab.md#causes). A stall ending at a stream's k-th text
+event is scored against the lab's k-th text event of the same request id: events keep their
+order from the lab to the reader, whatever the path groups or delays. A gap the lab charged
+to nothing is ``none`` (the lab made no pause there: a long prefill of the stream's own
+prompt, or a delay the lab did not make). Time is the stall's duration as the reader saw it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from steadystream._types import Where
+from steadystream.attribution.causes import ATTRIBUTABLE
+from steadystream.attribution.explain import Explanation
+from steadystream.timeline import Timeline
+
+__all__ = ["NO_CAUSE", "Score", "score"]
+
+NO_CAUSE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A confusion matrix of true cause x attributed cause, in seconds of stall time."""
+
+    seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    stalls: dict[tuple[str, str], int] = field(default_factory=dict)
+    unmatched: int = 0  # stalls of requests the truth file does not hold
+    unmatched_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def right_s(self) -> float:
+        return sum(s for (true, said), s in self.seconds.items() if true == said)
+
+    @property
+    def share_right(self) -> float | None:
+        """Share of the stall time the lab made (its true cause is one of the lab's) that is
+        attributed to that cause; ``unknown`` is wrong. Stalls the lab charged to nothing
+        (``none``: its host fell behind, or a long prompt of the stream's own) are left out
+        here and counted in :attr:`no_cause_s`."""
+        caused = self.total_s - self.no_cause_s
+        return self.right_s / caused if caused > 0 else None
+
+    @property
+    def no_cause_s(self) -> float:
+        """Stall time the lab charged to no cause."""
+        return sum(s for (true, _), s in self.seconds.items() if true == NO_CAUSE)
+
+    @property
+    def true_causes(self) -> list[str]:
+        return _ordered({true for true, _ in self.seconds})
+
+    @property
+    def attributed_causes(self) -> list[str]:
+        return _ordered({said for _, said in self.seconds})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "share_right": self.share_right,
+            "scored_s": self.total_s,
+            "no_cause_s": self.no_cause_s,
+            "right_s": self.right_s,
+            "unmatched_stalls": self.unmatched,
+            "unmatched_s": self.unmatched_s,
+            "matrix_s": {
+                true: {
+                    said: self.seconds[(true, said)]
+                    for said in self.attributed_causes
+                    if (true, said) in self.seconds
+                }
+                for true in self.true_causes
+            },
+        }
+
+
+def score(explanation: Explanation, truth: Sequence[Timeline]) -> Score:
+    """Score ``explanation`` against lab timelines carrying the ``cause`` annotation."""
+    causes: dict[str, list[str | None]] = {}
+    for timeline in truth:
+        if timeline.where is not Where.LAB or "cause" not in timeline.annotations:
+            continue
+        notes = timeline.annotations["cause"]
+        text = np.flatnonzero(timeline.text_mask)
+        causes[timeline.stream_id] = [notes[int(i)] for i in text]
+    seconds: dict[tuple[str, str], float] = {}
+    stalls: dict[tuple[str, str], int] = {}
+    unmatched = 0
+    unmatched_s = 0.0
+    for stall in explanation.stalls:
+        truths = causes.get(stall.stream_id)
+        position = stall.text_index
+        if truths is None or position >= len(truths):
+            unmatched += 1
+            unmatched_s += stall.duration_s
+            continue
+        key = (truths[position] or NO_CAUSE, stall.cause)
+        seconds[key] = seconds.get(key, 0.0) + stall.duration_s
+        stalls[key] = stalls.get(key, 0) + 1
+    return Score(seconds, stalls, unmatched, unmatched_s)
+
+
+def _ordered(labels: set[str]) -> list[str]:
+    order = {label: i for i, label in enumerate((*ATTRIBUTABLE, NO_CAUSE))}
+    return sorted(labels, key=lambda label: (order.get(label, len(order)), label))

@@ -1,0 +1,167 @@
+"""The streams attribution reads and the stalls it explains (pure; no I/O).
+
+A stream's text events are what a person sees; a stall is a gap between two of them above
+the threshold, or a wait for the first one above it (the place says a lot: before the first
+token, a pause is queueing or a held head). Each stream id may be recorded at several
+vantage points; the one nearest the reader is the subject (what the user saw), the others
+are evidence about where on the path a gap appeared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from steadystream._types import TokenSource, Where
+from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
+from steadystream.timeline import Timeline
+
+__all__ = ["EDGE_RANK", "StallSite", "StreamView", "find_stalls", "subjects_and_edges"]
+
+IntArray = npt.NDArray[np.int64]
+
+EDGE_RANK = {
+    Where.LAB: 0,
+    Where.GATEWAY_UPSTREAM: 1,
+    Where.GATEWAY_DOWNSTREAM: 2,
+    Where.CLIENT: 3,
+}
+"""Vantage points from the engine outwards."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StreamView:
+    """One timeline's text events, with what the rules ask of a stream."""
+
+    index: int  # position in the input
+    stream_id: str
+    where: Where
+    event_index: IntArray  # each text event's index among all the timeline's events
+    times: IntArray  # ns from the stream's own start
+    text_bytes: IntArray
+    wall0_ns: int | None  # the stream's start on the wall clock, when recorded
+    typical_arrival: float  # median text events per arrival (1: one at a time)
+    tokens_per_chunk: float | None
+    token_source: TokenSource
+
+    @classmethod
+    def of(cls, index: int, timeline: Timeline) -> StreamView:
+        mask = timeline.text_mask
+        positions = np.flatnonzero(mask).astype(np.int64)
+        times = timeline.times[mask].astype(np.int64)
+        tokens = int(timeline.tokens[mask].sum())
+        return cls(
+            index=index,
+            stream_id=timeline.stream_id,
+            where=timeline.where,
+            event_index=positions,
+            times=times,
+            text_bytes=timeline.text_bytes[mask].astype(np.int64),
+            wall0_ns=None if timeline.started_at is None else round(timeline.started_at * 1e9),
+            typical_arrival=_typical_arrival(times),
+            tokens_per_chunk=tokens / len(times) if len(times) else None,
+            token_source=timeline.token_source,
+        )
+
+    @property
+    def rank(self) -> int:
+        return EDGE_RANK.get(self.where, len(EDGE_RANK))
+
+    def wall(self, offset_ns: int) -> int | None:
+        return None if self.wall0_ns is None else self.wall0_ns + offset_ns
+
+    def silent_between(
+        self, wall_start_ns: int, wall_end_ns: int, *, from_request: bool = False
+    ) -> bool | None:
+        """Whether no text event came in the wall-clock window: False when one did; True
+        when none did and the stream was open across the window; None when it has no wall
+        clock, or got nothing in the window without being open across it (it had not begun,
+        or had already ended), and so cannot say. Open means from its first text event on, or
+        with ``from_request`` from its request on (a wait for the first token is a gap too).
+        """
+        if self.wall0_ns is None or not len(self.times):
+            return None
+        start, end = wall_start_ns - self.wall0_ns, wall_end_ns - self.wall0_ns
+        lo = int(self.times.searchsorted(start, side="right"))
+        hi = int(self.times.searchsorted(end, side="left"))
+        if hi > lo:
+            return False  # it got something meanwhile, whether or not it was open throughout
+        opened = 0 if from_request else self.times[0]
+        if opened > start or self.times[-1] < end:
+            return None
+        return True
+
+    def lump_after(self, position: int) -> int:
+        """Text events that arrived together starting at ``position`` (1: it came alone)."""
+        times = self.times
+        end = position + 1
+        while end < len(times) and times[end] - times[end - 1] < ARRIVAL_WINDOW_NS:
+            end += 1
+        return end - position
+
+
+@dataclass(frozen=True, slots=True)
+class StallSite:
+    """Where a stall is: which stream, which text event ends it, and its span."""
+
+    stream: StreamView
+    position: int  # index of the ending event among the stream's text events
+    start_ns: int
+    end_ns: int
+
+    @property
+    def first_token(self) -> bool:
+        return self.position == 0
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def event_index(self) -> int:
+        return int(self.stream.event_index[self.position])
+
+
+def subjects_and_edges(
+    timelines: Sequence[Timeline],
+) -> tuple[list[StreamView], dict[str, list[StreamView]]]:
+    """The subject of each stream id (its vantage point nearest the reader), and every view
+    of each id, engine side first. Two timelines of one id at one vantage point (a rerun)
+    are both subjects: nothing joins them but their id."""
+    views = [StreamView.of(i, timeline) for i, timeline in enumerate(timelines)]
+    by_id: dict[str, list[StreamView]] = {}
+    for view in views:
+        by_id.setdefault(view.stream_id, []).append(view)
+    subjects: list[StreamView] = []
+    for group in by_id.values():
+        group.sort(key=lambda view: view.rank)
+        outer = group[-1].rank
+        subjects.extend(view for view in group if view.rank == outer)
+    subjects.sort(key=lambda view: view.index)
+    return subjects, by_id
+
+
+def find_stalls(stream: StreamView, threshold_ns: int) -> list[StallSite]:
+    """Gaps above ``threshold_ns``: the wait for the first text event, and those after it."""
+    times = stream.times
+    if not len(times):
+        return []
+    sites = []
+    if times[0] > threshold_ns:
+        sites.append(StallSite(stream, 0, 0, int(times[0])))
+    gaps = np.diff(times)
+    for k in np.flatnonzero(gaps > threshold_ns):
+        sites.append(StallSite(stream, int(k) + 1, int(times[k]), int(times[k + 1])))
+    return sites
+
+
+def _typical_arrival(times: IntArray) -> float:
+    """Median text events per arrival: events closer than the arrival window came together."""
+    if not len(times):
+        return 1.0
+    breaks = np.flatnonzero(np.diff(times) >= ARRIVAL_WINDOW_NS)
+    edges = np.concatenate(([0], breaks + 1, [len(times)]))
+    return float(np.median(np.diff(edges)))

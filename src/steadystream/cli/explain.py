@@ -1,0 +1,58 @@
+"""``steadystream explain``: the cause of every stall, and how right it is against the lab."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from steadystream.cli import app
+from steadystream.cli._options import duration_ns, exit_on_error
+
+
+@app.command()
+def explain(
+    files: Annotated[
+        list[Path], typer.Argument(help="Timeline files (.jsonl, .jsonl.gz, .parquet).")
+    ],
+    engine_metrics: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine-metrics",
+            help="Engine metrics scraped during the run (default: RUN.engine-metrics.jsonl"
+            " next to the first file, when there is one).",
+        ),
+    ] = None,
+    stall_threshold: Annotated[str, typer.Option(help="A gap above this is a stall.")] = "400ms",
+    truth: Annotated[
+        list[Path] | None,
+        typer.Option(help="Lab ground truth (lab --record FILE): score the attribution."),
+    ] = None,
+    stalls: Annotated[int, typer.Option(help="How many stalls to list, longest first.")] = 20,
+    worst: Annotated[int, typer.Option(help="How many of the most hurt streams to list.")] = 10,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """Every stall's cause (or unknown), how sure, and why; stall time by cause; mitigations."""
+    from steadystream.attribution import explain as attribute
+    from steadystream.attribution import score
+    from steadystream.bench.verdict import load_runs
+    from steadystream.cli import _explain_view
+    from steadystream.cli._inputs import read_engine_beside
+
+    threshold = duration_ns(stall_threshold, "--stall-threshold")
+    if stalls < 0 or worst < 0:
+        raise typer.BadParameter("must be 0 or more", param_hint="--stalls/--worst")
+    with exit_on_error():
+        timelines, notes = load_runs(files)
+        engine = read_engine_beside(files, engine_metrics, notes)
+        explanation = attribute(timelines, stall_threshold_ns=threshold, engine=engine, worst=worst)
+        scored = None
+        if truth:
+            truths, truth_notes = load_runs(truth)
+            notes += truth_notes
+            scored = score(explanation, truths)
+    if json_output:
+        typer.echo(_explain_view.to_json(explanation, scored, notes))
+    else:
+        _explain_view.print_explanation(explanation, scored, notes, stalls=stalls)

@@ -1,0 +1,257 @@
+"""Engine metrics scraped during a run: the sidecar file, and the scraper that writes it.
+
+``bench --engine-metrics`` and the gateway scrape an engine's Prometheus endpoint every
+100 ms while streams run and append one JSON line per scrape to a sidecar file next to the
+timelines (``RUN.jsonl`` -> ``RUN.engine-metrics.jsonl``)::
+
+    {"schema": "steadystream.engine-metrics/1", "t": 1767225600.123, "source": "http://...",
+     "values": {"vllm:num_preemptions_total": 3.0, "vllm:kv_cache_usage_perc": 0.92, ...}}
+
+``t`` is the scrape's wall-clock instant (unix seconds, the middle of the request), so it
+joins timelines by their ``started_at``. Each series name is summed over its label sets
+(one engine or several behind one endpoint); histogram buckets are dropped, their ``_sum``
+and ``_count`` kept. ``explain`` reads the file back as
+:class:`~steadystream.attribution.EngineSamples`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+import orjson
+
+from steadystream._exceptions import InputError
+from steadystream.attribution.engine import EngineSamples
+
+__all__ = [
+    "SCHEMA",
+    "EngineScraper",
+    "check_option",
+    "parse_exposition",
+    "read_engine_metrics",
+    "redact_url",
+    "scrape_target",
+    "scraping",
+    "sidecar_path",
+]
+
+SCHEMA = "steadystream.engine-metrics/1"
+MAX_SERIES = 2000  # names kept per scrape: a bound on what a hostile endpoint can make us store
+MAX_BODY_BYTES = 8 << 20
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_TIMEOUT_S = 1.0
+
+
+def sidecar_path(run: Path) -> Path:
+    """Where the engine metrics of the timeline file ``run`` go (and are looked for)."""
+    name = run.name
+    for suffix in (".jsonl.gz", ".jsonl", ".parquet"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return run.with_name(f"{name}.engine-metrics.jsonl")
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    """Prometheus text exposition -> one value per series name, summed over label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name.endswith(("_bucket", "_created")) or not math.isfinite(sample.value):
+                    continue
+                if name not in values and len(values) >= MAX_SERIES:
+                    continue
+                values[name] = values.get(name, 0.0) + float(sample.value)
+    except ValueError as exc:
+        raise InputError(f"not Prometheus text: {exc}") from exc
+    return values
+
+
+def read_engine_metrics(path: Path) -> EngineSamples:
+    """Read a sidecar file. A line cut off at the end (an interrupted run) is skipped;
+    any other bad line is an :class:`InputError` naming it."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read engine metrics: {exc.strerror}") from exc
+    lines = raw.split(b"\n")
+    scrapes: list[tuple[float, dict[str, float]]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if number == len(lines):  # cut off mid-line: keep what came before
+                break
+            raise InputError(f"{path}: line {number} is not JSON: {exc}") from exc
+        scrapes.append(_scrape(record, path, number))
+    return EngineSamples.from_scrapes(scrapes)
+
+
+def _scrape(record: object, path: Path, number: int) -> tuple[float, dict[str, float]]:
+    where = f"{path}: line {number}"
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected an object")
+    if record.get("schema") != SCHEMA:
+        raise InputError(
+            f"{where}: field 'schema' must be {SCHEMA!r}, got {record.get('schema')!r}"
+        )
+    t = record.get("t")
+    if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
+        raise InputError(f"{where}: field 't' must be unix seconds, got {t!r}")
+    values = record.get("values")
+    if not isinstance(values, dict):
+        raise InputError(f"{where}: field 'values' must be an object")
+    clean: dict[str, float] = {}
+    for name, value in values.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise InputError(f"{where}: field 'values.{name}' must be a number, got {value!r}")
+        clean[str(name)] = float(value)
+    return float(t), clean
+
+
+def redact_url(url: str) -> str:
+    """The URL without user, password, query or fragment: what may be recorded."""
+    from yarl import URL
+
+    try:
+        parsed = URL(url)
+        if not parsed.is_absolute():
+            return "<not a URL>"
+        return str(parsed.with_password(None).with_user(None).with_query(None).with_fragment(None))
+    except (TypeError, ValueError):
+        return "<unreadable url>"
+
+
+class EngineScraper:
+    """Scrape ``url`` every ``interval_s`` into ``path`` until stopped.
+
+    ``session`` is an aiohttp ``ClientSession`` passed in (the caller owns it). A scrape
+    that fails or times out is counted and skipped; scraping never fails a run.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        path: Path,
+        session: object,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval_s <= 0 or timeout_s <= 0:
+            raise ValueError("interval_s and timeout_s must be positive")
+        self.url = url
+        self.path = path
+        self.scrapes = 0
+        self.failures = 0
+        self._session = session
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._wall = wall_clock
+        self._source = redact_url(url)
+
+    async def probe(self) -> bool:
+        """Whether the endpoint answers with Prometheus text now."""
+        return await self._fetch() is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Scrape until ``stop`` is set; each line is flushed as it is written."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                scraped = await self._fetch()
+                if scraped is None:
+                    self.failures += 1
+                else:
+                    t, values = scraped
+                    line = {"schema": SCHEMA, "t": t, "source": self._source, "values": values}
+                    os.write(fd, orjson.dumps(line) + b"\n")
+                    self.scrapes += 1
+                wait = self._interval_s - (time.monotonic() - began)
+                if wait > 0:
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+        finally:
+            os.close(fd)
+
+    async def _fetch(self) -> tuple[float, dict[str, float]] | None:
+        import aiohttp
+
+        session: aiohttp.ClientSession = self._session  # type: ignore[assignment]
+        sent = self._wall()
+        try:
+            timeout = aiohttp.ClientTimeout(total=self._timeout_s)
+            async with session.get(self.url, timeout=timeout) as response:
+                if response.status != 200:
+                    return None
+                body = await response.content.read(MAX_BODY_BYTES)
+            received = self._wall()
+            return (sent + received) / 2, parse_exposition(body.decode("utf-8", "replace"))
+        except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
+            return None
+
+
+def check_option(option: str) -> str:
+    """``--engine-metrics``: ``auto``, ``off`` or an http(s) URL; anything else is refused."""
+    if option not in ("auto", "off") and not option.startswith(("http://", "https://")):
+        raise InputError(
+            f"--engine-metrics: expected auto, off or an http(s) URL, got {redact_url(option)!r}"
+        )
+    return option
+
+
+def scrape_target(option: str | None, origin: str) -> str | None:
+    """The URL that ``--engine-metrics`` names: None (off), ``auto`` (the server's own
+    ``/metrics``), or a URL given outright."""
+    if option is None or check_option(option) == "off":
+        return None
+    if option == "auto":
+        return f"{origin.rstrip('/')}/metrics"
+    return option
+
+
+@asynccontextmanager
+async def scraping(
+    option: str | None, origin: str, run: Path, say: Callable[[str], None]
+) -> AsyncIterator[EngineScraper | None]:
+    """Scrape while the body runs, into ``run``'s sidecar; ``auto`` only if it answers."""
+    url = scrape_target(option, origin)
+    if url is None:
+        yield None
+        return
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        scraper = EngineScraper(url, sidecar_path(run), session)
+        if not await scraper.probe():
+            say(
+                f"engine metrics: {redact_url(url)} does not answer with Prometheus text;"
+                " not scraped"
+            )
+            yield None
+            return
+        stop = asyncio.Event()
+        task = asyncio.create_task(scraper.run(stop))
+        try:
+            yield scraper
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, DEFAULT_TIMEOUT_S + 1.0)
+            say(
+                f"engine metrics: {scraper.scrapes} scrapes of {redact_url(url)} to"
+                f" {scraper.path} ({scraper.failures} failed)"
+            )

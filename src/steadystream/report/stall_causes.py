@@ -1,0 +1,89 @@
+"""The stall map's causes: every attributed stall drawn over its gap in its cause's colour,
+with the evidence on hover (docs/report.md#stall-map, docs/attribution.md)."""
+
+from __future__ import annotations
+
+from plotly.graph_objects import Bar, Figure
+
+from steadystream.attribution import ATTRIBUTABLE, Explanation
+from steadystream.report.stall_map import StallMap
+
+__all__ = ["CAUSE_COLOURS", "add_causes"]
+
+# One hue per cause, told apart in print and by most colour-blind readers (Okabe-Ito order).
+CAUSE_COLOURS = dict(
+    zip(
+        ATTRIBUTABLE,
+        (
+            "#E69F00",  # queueing
+            "#56B4E9",  # prefill-interference
+            "#D55E00",  # kv-preemption
+            "#CC79A7",  # spec-decode-rejection
+            "#F0E442",  # head-burst
+            "#0072B2",  # network-buffering
+            "#009E73",  # connection-hiccup
+            "#000000",  # injected-fault
+            "#999999",  # unknown
+        ),
+        strict=True,
+    )
+)
+
+
+def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> int:
+    """Overlay the stalls of the rows shown, one legend entry per cause; returns how many."""
+    rows = set(stall_map.rows)
+    by_cause: dict[str, list[tuple[str, float, float, str]]] = {}
+    for stall in explanation.stalls:
+        if stall.stream_id not in rows:
+            continue  # not shown (sampled out), or shown under a vantage-point suffix
+        if stall_map.clock == "wall":
+            if stall.started_at is None or stall_map.origin is None:
+                continue
+            start = stall.started_at - stall_map.origin
+        else:
+            start = stall.start_ns / 1e9
+        hover = (
+            f"{stall.stream_id}: {stall.duration_s * 1000:.0f} ms stall"
+            f"{' before the first token' if stall.first_token else ''}<br>"
+            f"<b>{stall.cause}</b> ({stall.confidence:.0%} sure)<br>"
+            + "<br>".join(_wrap(stall.evidence))
+        )
+        by_cause.setdefault(stall.cause, []).append(
+            (stall.stream_id, start, stall.duration_s, hover)
+        )
+    if not by_cause:
+        return 0
+    fig.update_traces(showlegend=False)
+    for cause in ATTRIBUTABLE:
+        stalls = by_cause.get(cause)
+        if not stalls:
+            continue
+        fig.add_trace(
+            Bar(
+                y=[s[0] for s in stalls],
+                base=[s[1] for s in stalls],
+                x=[s[2] for s in stalls],
+                orientation="h",
+                name=cause,
+                width=0.45,  # narrower than a gap bar: the gap's own colour shows around it
+                marker={"color": CAUSE_COLOURS[cause], "line": {"width": 0}},
+                hovertext=[s[3] for s in stalls],
+                hoverinfo="text",
+                showlegend=True,
+            )
+        )
+    fig.update_layout(showlegend=True, legend={"title": {"text": "stall cause"}})
+    return sum(len(v) for v in by_cause.values())
+
+
+def _wrap(text: str, width: int = 90) -> list[str]:
+    lines: list[str] = []
+    for part in text.split("; "):
+        while len(part) > width:
+            cut = part.rfind(" ", 0, width)
+            cut = width if cut <= 0 else cut
+            lines.append(part[:cut])
+            part = part[cut:].lstrip()
+        lines.append(part)
+    return lines
