@@ -18,7 +18,9 @@ from aiohttp import web
 __all__ = ["HostileUpstream"]
 
 
-def _chunk(content: str | None = None, *, finish: str | None = None, role: bool = False) -> bytes:
+def _chunk(
+    content: str | None = None, *, finish: str | None = None, role: bool = False, index: int = 0
+) -> bytes:
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = "assistant"
@@ -29,7 +31,7 @@ def _chunk(content: str | None = None, *, finish: str | None = None, role: bool 
         "object": "chat.completion.chunk",
         "created": 1,
         "model": "lab",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
     }
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -84,9 +86,20 @@ class HostileUpstream:
             filler = "x" * size
             answer = {"choices": [{"message": {"role": "assistant", "content": filler}}]}
             return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        if mode == "status-text":  # an error body that is not JSON
+            return web.Response(text=f"upstream broke: {echo}", status=500)
+        if mode == "retry-after":  # a hostile Retry-After value, chosen by the test
+            return web.json_response(
+                {"error": {"message": "slow down"}},
+                status=429,
+                headers={"Retry-After": str(body.get("retry_after", ""))},
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
+            if mode.startswith("adv-"):
+                await self._adversary(response, mode, key, echo)
+                return response
             await response.write(_chunk(role=True))
             for word in ("one ", "two ", "three "):
                 await response.write(_chunk(word))
@@ -121,6 +134,84 @@ class HostileUpstream:
             self.closed_early += 1
             raise
         return response
+
+    async def _adversary(
+        self, response: web.StreamResponse, mode: str, key: str, echo: str
+    ) -> None:
+        """The adversary's modes (tests/gateway/test_adversary.py)."""
+        if mode == "adv-escaped-echo":  # the key JSON-escaped: a client's parser restores it
+            escaped = "".join(f"\\u{ord(c):04x}" for c in key)
+            await response.write(_chunk(role=True))
+            text = b'"you sent key ' + escaped.encode() + b'"'
+            await response.write(_chunk("PLACEHOLDER").replace(b'"PLACEHOLDER"', text))
+            await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        elif mode == "adv-finish-keepalive":  # "stop", then pings forever
+            await response.write(_chunk(role=True) + _chunk("one ") + _chunk(finish="stop"))
+            for _ in range(600):
+                await response.write(b": ping\n\n")
+                await asyncio.sleep(0.05)
+        elif mode == "adv-finish-garbage":  # "stop", then a chunk that is not JSON
+            await response.write(_chunk(role=True) + _chunk("one ") + _chunk(finish="stop"))
+            await response.write(b"data: {garbage " + echo.encode() + b"\n\n")
+            await asyncio.sleep(60)
+        elif mode == "adv-n2-double-finish":  # choice 0 says "stop" twice; choice 1 goes on
+            await response.write(_chunk(role=True) + _chunk(role=True, index=1))
+            await response.write(_chunk("a ", index=0) + _chunk(finish="stop", index=0))
+            await response.write(_chunk(finish="stop", index=0))
+            for word in range(8):
+                await response.write(_chunk(f"w{word} ", index=1))
+                await asyncio.sleep(0.1)
+            await response.write(_chunk(finish="stop", index=1) + b"data: [DONE]\n\n")
+        elif mode == "adv-fields-echo":  # the key in the id, model, finish reason and usage
+            obj: dict[str, Any] = {
+                "id": echo,
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": echo,
+                "system_fingerprint": echo,
+                "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}],
+            }
+            await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            obj["choices"] = [{"index": 0, "delta": {}, "finish_reason": echo}]
+            await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            obj["choices"] = []
+            obj["usage"] = {"completion_tokens": 1, "prompt_tokens": 1, "note": echo}
+            await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            await response.write(b": " + echo.encode() + b"\n\nevent: x" + key.encode() + b"\n")
+            await response.write(b"data: " + echo.encode() + b"\n\ndata: [DONE]\n\n")
+        elif mode == "adv-split-reads":  # the key cut across two reads of one event
+            await response.write(_chunk(role=True))
+            event = _chunk(echo)
+            cut = event.index(key.encode()) + len(key) // 2
+            await response.write(event[:cut])
+            await asyncio.sleep(0.05)
+            await response.write(event[cut:])
+            await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        elif mode == "adv-finish-reset":  # "stop", then the connection is reset
+            await response.write(_chunk(role=True) + _chunk("one ") + _chunk(finish="stop"))
+            await asyncio.sleep(0.05)
+            transport = response._req.transport if response._req is not None else None
+            if transport is not None:
+                transport.abort()
+        elif mode == "adv-two-finishes-one-chunk":  # n=2: both finish reasons in one chunk
+            obj = orjson.loads(_chunk("a ")[6:])
+            obj["choices"] = [
+                {"index": 0, "delta": {"content": "a "}, "finish_reason": None},
+                {"index": 1, "delta": {"content": "b "}, "finish_reason": None},
+            ]
+            await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            for choice in obj["choices"]:
+                choice["delta"] = {}
+                choice["finish_reason"] = "stop"
+            await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            await asyncio.sleep(60)  # then silence: the answer was whole
+        elif mode == "adv-many-small":  # thousands of events in one write
+            await response.write(_chunk(role=True) + _chunk("x") * 10_000)
+            await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        elif mode == "adv-cr-only":  # CR line endings, which SSE allows
+            events = [_chunk(role=True), _chunk("one "), _chunk("two "), _chunk(finish="stop")]
+            data = b"".join(events) + b"data: [DONE]\n\n"
+            await response.write(data.replace(b"\n", b"\r"))
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()

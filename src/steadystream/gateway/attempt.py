@@ -39,10 +39,11 @@ class Attempt:
     __slots__ = (
         "action",
         "body",
+        "choices",
         "cutter",
         "entry",
         "failure",
-        "finishes_left",
+        "finished_choices",
         "index",
         "request_id",
         "response",
@@ -77,8 +78,16 @@ class Attempt:
         self.entry: dict[str, Any] | None = None  # the failover that led here
         self.usage_base = 0  # a continuation's running usage counts from here
         # Only once every choice has its finish reason is the answer over (n > 1 streams
-        # finish their choices one by one).
-        self.finishes_left = choices
+        # finish their choices one by one, or several in one chunk).
+        self.choices = choices
+        self.finished_choices: set[int] = set()
+
+    def all_finished(self, piece: Piece) -> bool:
+        """Whether, with ``piece``'s finish reason, every choice of the answer has ended."""
+        if self.choices == 1:
+            return True
+        self.finished_choices.update(i for i in piece.finished if 0 <= i < self.choices)
+        return len(self.finished_choices) >= self.choices
 
     @property
     def reading(self) -> bool:
@@ -112,6 +121,8 @@ async def read_attempt(
         try:
             now, data = await read()  # ``now``: when the bytes reached the gateway
         except UpstreamStreamError as exc:
+            if watchdog.finished:
+                return _after_finish(str(exc))
             return Failure(Cause.RESET, str(exc))
         if not data:
             if watchdog.finished and not cutter.pending_bytes:
@@ -157,11 +168,9 @@ async def read_attempt(
                     progress.commit(kind, piece.text)
                 elif kind is EventKind.ROLE:
                     progress.role_sent = True
-                if piece.finish is not None:
-                    attempt.finishes_left -= 1
-                    if attempt.finishes_left <= 0:
-                        watchdog.finish(now)
-                        ctx.wake_guard()
+                if piece.finish is not None and attempt.all_finished(piece):
+                    watchdog.finish(now)
+                    ctx.wake_guard()
                 if piece.usage >= 0:
                     progress.usage_tokens = usage_base + piece.usage
                 if piece.usage_counts is not None:
@@ -169,6 +178,8 @@ async def read_attempt(
             if pieces:
                 await _hand_over(ctx, attempt, Out(payload, pieces), outlet, now)
         if result.failure is not None:
+            if watchdog.finished and result.failure.cause is not Cause.DIVERGED:
+                return _after_finish(result.failure.message)
             return result.failure
         if result.done:
             watchdog.done()
@@ -195,6 +206,16 @@ async def _hand_over(
         await buffer.put(out, size, events)
         watchdog.resume(ctx.clock.now_ns())
         ctx.wake_guard()
+
+
+def _after_finish(what: str) -> Failure:
+    # Every choice had its finish reason: the answer is whole, only its end went wrong. It is
+    # ended like a silence after the finish ([DONE] from the gateway, the reason recorded),
+    # not failed over (a fallback would continue a finished answer) nor turned into an error.
+    return Failure(
+        Cause.SILENT_AFTER_FINISH,
+        f"the upstream's stream went wrong after its finish reason: {what}",
+    )
 
 
 def _rewrite(rewriter: FallbackRewriter, pieces: list[Piece]) -> list[Piece] | None:

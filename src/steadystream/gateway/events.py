@@ -58,6 +58,7 @@ class Piece(NamedTuple):
     finish: str | None = None
     payload: str = ""  # the SSE data, for the slow paths that must re-read the chunk
     usage_counts: dict[str, Any] | None = None  # the chunk's usage object (slow paths only)
+    finished: tuple[int, ...] = ()  # the indices of the choices its finish reasons end
 
 
 class Failure(NamedTuple):
@@ -163,6 +164,7 @@ class EventCutter:
                     chunk.finish_reason,
                     payload if keep_raw else "",
                     usage,
+                    () if chunk.finish_reason is None else _finished_choices(payload),
                 )
             )
             offset = end
@@ -194,6 +196,20 @@ class EventCutter:
         if self._decoder.in_event or self._carry:
             return "the upstream connection closed mid-event"
         return "the upstream stream ended without [DONE]"
+
+
+def _finished_choices(payload: str) -> tuple[int, ...]:
+    """The choices a chunk's finish reasons end (read again only for a finish: rare).
+
+    With ``n > 1`` the answer is over once every choice ended, not after ``n`` finish
+    reasons: an upstream may repeat one choice's, or end several choices in one chunk.
+    """
+    choices = orjson.loads(payload).get("choices") or ()
+    return tuple(
+        index if type(index := choice.get("index", position)) is int else position
+        for position, choice in enumerate(choices)
+        if choice.get("finish_reason") is not None
+    )
 
 
 def _envelope(payload: str) -> dict[str, Any]:

@@ -419,7 +419,8 @@ class StreamRelay(Relay):
         attempt.close(clean=False)
         record = self.record
         record.attempts[-1]["failure"] = failure.cause.value
-        record.meta["ended_by_gateway"] = self.state.pool.redact(failure.message)
+        message = self.state.pool.redact(failure.message)  # it may quote the upstream
+        record.meta["ended_by_gateway"] = message
         if attempt.entry is not None:
             attempt.entry["result"] = "completed"
         record.outcome = Outcome.COMPLETE if self.attempts == 1 else Outcome.FAILED_OVER
@@ -427,7 +428,7 @@ class StreamRelay(Relay):
             "request %s: upstream %s: %s; [DONE] sent by the gateway",
             record.request_id,
             attempt.upstream.name,
-            failure.message,
+            message,
         )
         if not self.ctx.buffer.closed:
             done = Out(DONE, [_DONE_PIECE])

@@ -55,6 +55,12 @@ __all__ = [
 ]
 
 _ERROR_BODY_LIMIT = 4096
+# A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
+# parser restores it, so a key written that way is a key sent. Escapes are matched left to
+# right, two characters at a time, so an escaped backslash is never taken for an escape's start.
+_ESCAPED = re.compile(r"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
+_ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
+_KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
 _RETRY_AFTER = re.compile(
     r"^(?:[0-9]{1,9}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9:]{8} GMT)$"
@@ -70,6 +76,24 @@ BodyReader = Callable[[], Awaitable[tuple[int, bytes]]]
 
 class ResponseTooLargeError(UpstreamStreamError):
     """A non-streaming answer larger than ``limits.max_response_bytes``."""
+
+
+def _unescape(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if escape == "/":
+        return "/"
+    if len(escape) == 5 and (char := chr(int(escape[3:], 16))) not in _KEEP_ESCAPED:
+        return char
+    return match.group(0)
+
+
+def _unescape_bytes(match: re.Match[bytes]) -> bytes:
+    escape = match.group(1)
+    if escape == b"/":
+        return b"/"
+    if len(escape) == 5 and chr(code := int(escape[3:], 16)) not in _KEEP_ESCAPED:
+        return bytes((code,))
+    return match.group(0)
 
 
 def safe_header(value: str | None, pattern: re.Pattern[str]) -> str | None:
@@ -199,7 +223,11 @@ class UpstreamPool:
         return list(seen)
 
     def redact(self, text: str) -> str:
-        """``text`` with every upstream key replaced by ``***``."""
+        """``text`` with every upstream key replaced by ``***`` (also one JSON-escaped)."""
+        if "\\" in text:
+            plain = _ESCAPED.sub(_unescape, text)
+            if any(key in plain for key in self._keys.values()):
+                text = plain
         for key in self._keys.values():
             if key in text:
                 text = text.replace(key, "***")
@@ -217,6 +245,10 @@ class UpstreamPool:
             return None
 
         def scrub(data: bytes) -> bytes:
+            if b"\\" in data:  # rare in answers; a key may hide behind JSON escapes
+                plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
+                if any(key in plain for key in keys):
+                    data = plain  # still valid JSON: only harmless escapes were undone
             for key in keys:
                 if key in data:
                     data = data.replace(key, b"***")

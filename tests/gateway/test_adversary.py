@@ -1,0 +1,199 @@
+"""The adversary's cases against issue 11's fixes: hostile upstreams the hardening tests missed.
+
+The upstream is :class:`~tests.gateway.hostile.HostileUpstream`; its ``adv-*`` modes are the
+cases here. Each test that failed before its fix says so in its docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from steadystream import Outcome
+from steadystream.gateway import GatewayServer, TimelineRecorder
+from steadystream.gateway.config import config_from_mapping
+from steadystream.gateway.upstreams import UpstreamPool
+from tests.gateway.conftest import MemorySink, Streamed, chat_body, gateway_config, get, post
+from tests.gateway.hostile import HostileUpstream
+
+pytestmark = pytest.mark.integration
+
+SECRET = "sk-upstream-very-secret-0042"
+ENV = {"UPSTREAM_KEY": SECRET}
+
+
+def hostile(upstream: HostileUpstream, name: str = "hostile", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY", **extra}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[HostileUpstream]:
+    with HostileUpstream() as server:
+        yield server
+
+
+def _stream(gw: GatewayServer, mode: str, request_id: str, **extra: Any) -> Streamed:
+    body = chat_body(5, hostile=mode, **extra)
+    return post(gw.base_url, "/chat/completions", body, {"X-Request-Id": request_id}, timeout=10)
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def test_a_json_escaped_key_is_scrubbed_like_a_plain_one() -> None:
+    """Failed before: the client's JSON parser turned ``\\u0073k-...`` back into the key."""
+    config = config_from_mapping(
+        {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K"}]}
+    )
+    pool = UpstreamPool(config, None, {"K": SECRET})
+    scrub = pool.byte_scrubber()
+    assert scrub is not None
+    upper = _escaped(SECRET).replace("\\u002d", "\\u002D")
+    raw = f'{{"c": "key {upper}, a \\\\u0073 and \\" \\u0022 \\/ stay"}}'.encode()
+    scrubbed = scrub(raw)
+    assert orjson.loads(scrubbed) == {"c": 'key ***, a \\u0073 and " " / stay'}
+    assert scrub(b'{"c": "a \\n b"}') == b'{"c": "a \\n b"}'  # no key: the bytes untouched
+    assert pool.redact(f"echo: {_escaped(SECRET)}") == "echo: ***"
+    assert pool.redact("\\\\" + SECRET) == "\\\\***"
+
+
+def test_an_escaped_key_in_an_answer_never_reaches_the_client(
+    upstream: HostileUpstream, sink: MemorySink
+) -> None:
+    """Failed before: the streamed answer carried the key, JSON-escaped, to the client."""
+    with GatewayServer(gateway_config(hostile(upstream)), recorder=sink, env=ENV) as gw:
+        streamed = _stream(gw, "adv-escaped-echo", "escaped")
+    assert streamed.text == "you sent key ***"
+    assert streamed.done
+
+
+def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads(
+    upstream: HostileUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    recorder = TimelineRecorder(tmp_path, keep_text=True)
+    config = gateway_config(hostile(upstream), recording={"keep_text": True})
+    answers: dict[str, Streamed] = {}
+    with GatewayServer(config, recorder=recorder, env=ENV) as gw:
+        for mode in ("adv-fields-echo", "adv-split-reads", "adv-finish-garbage"):
+            answers[mode] = _stream(gw, mode, mode)
+        whole = chat_body(5, hostile="status-text", stream=False)
+        answers["text-500"] = post(gw.base_url, "/chat/completions", whole)
+        answers["text-500-stream"] = _stream(gw, "status-text", "text-500-stream")
+        _, metrics = get(gw.url, "/metrics")
+    recorder.close()
+    recordings = b"".join(path.read_bytes() for path in tmp_path.iterdir())
+    assert answers["adv-split-reads"].text == "you sent key ***"
+    assert answers["text-500"].status == 500
+    assert "***" in answers["text-500"].json()["error"]["message"]
+    assert b"you sent key ***" in recordings
+    places = {
+        **{f"client {mode}": a.body + orjson.dumps(a.headers) for mode, a in answers.items()},
+        "metrics": metrics,
+        "logs": caplog.text.encode(),
+        "recordings": recordings,
+    }
+    for where, data in places.items():
+        assert SECRET.encode() not in data, where
+
+
+@pytest.mark.parametrize("mode", ["adv-finish-keepalive", "adv-finish-garbage", "adv-finish-reset"])
+def test_whatever_follows_a_finish_reason_ends_a_whole_answer_with_done(
+    upstream: HostileUpstream, sink: MemorySink, mode: str
+) -> None:
+    """Failed before for garbage and a reset after the finish: the whole answer ended with
+    an in-band error (or, with a fallback, would have been continued past its end)."""
+    config = gateway_config(
+        hostile(upstream),
+        hostile(upstream, "fallback", priority=1),
+        watchdog={"finish_timeout": "300ms"},
+    )
+    with GatewayServer(config, recorder=sink, env=ENV) as gw:
+        started = time.monotonic()
+        streamed = _stream(gw, mode, mode)
+        took = time.monotonic() - started
+        _, down = sink.edges(mode)
+    assert streamed.error is None
+    assert streamed.done
+    assert streamed.text == "one "
+    assert took < 3  # pings after the finish do not hold it open
+    assert down.outcome is Outcome.COMPLETE
+    assert down.meta["failovers"] == []
+    assert down.meta["attempts"][0]["failure"] == "silent-after-finish"
+    assert SECRET not in down.meta["ended_by_gateway"]
+
+
+def test_a_choice_that_finishes_twice_does_not_end_the_other_choices(
+    upstream: HostileUpstream, sink: MemorySink
+) -> None:
+    """Failed before: with n=2, choice 0's repeated finish reason counted as choice 1's, and
+    the gateway cut choice 1 short after ``finish_timeout``, recording the stream complete."""
+    config = gateway_config(hostile(upstream), watchdog={"finish_timeout": "300ms"})
+    with GatewayServer(config, recorder=sink, env=ENV) as gw:
+        streamed = _stream(gw, "adv-n2-double-finish", "double", n=2)
+        _, down = sink.edges("double")
+    assert streamed.text == "a " + "".join(f"w{i} " for i in range(8))
+    assert streamed.done
+    assert down.outcome is Outcome.COMPLETE
+    assert "ended_by_gateway" not in down.meta
+
+
+def test_choices_that_finish_in_one_chunk_start_the_finish_deadline(
+    upstream: HostileUpstream, sink: MemorySink
+) -> None:
+    """Failed before: with n=2 and both finish reasons in one chunk, then silence, the finish
+    deadline never started; the stream hung until the give-up time (30 s) and then ended in
+    an error although the answer was whole."""
+    config = gateway_config(hostile(upstream), watchdog={"finish_timeout": "300ms"})
+    with GatewayServer(config, recorder=sink, env=ENV) as gw:
+        started = time.monotonic()
+        streamed = _stream(gw, "adv-two-finishes-one-chunk", "together", n=2)
+        took = time.monotonic() - started
+        _, down = sink.edges("together")
+    assert took < 3
+    assert streamed.error is None
+    assert streamed.done
+    assert down.outcome is Outcome.COMPLETE
+    assert down.meta["attempts"][0]["failure"] == "silent-after-finish"
+
+
+@pytest.mark.parametrize("mode", ["adv-cr-only", "adv-many-small"])
+def test_odd_but_valid_streams_are_relayed_whole(
+    upstream: HostileUpstream, sink: MemorySink, mode: str
+) -> None:
+    with GatewayServer(gateway_config(hostile(upstream)), recorder=sink, env=ENV) as gw:
+        streamed = _stream(gw, mode, mode)
+        _, down = sink.edges(mode)
+    assert streamed.text == ("one two " if mode == "adv-cr-only" else "x" * 10_000)
+    assert streamed.done
+    assert down.outcome is Outcome.COMPLETE
+
+
+@pytest.mark.parametrize(
+    ("value", "passed"),
+    [
+        ("7", "7"),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", "Wed, 21 Oct 2015 07:28:00 GMT"),
+        ("99999999999999999999", None),
+        ("-5", None),
+        ("7, 8", None),
+        ("1e9", None),
+        ("x" * 199, None),
+    ],
+)
+def test_only_a_well_formed_retry_after_is_passed_on(
+    upstream: HostileUpstream, value: str, passed: str | None
+) -> None:
+    config = gateway_config(hostile(upstream), failover={"retry_statuses": [500]})
+    body = chat_body(5, hostile="retry-after", retry_after=value, stream=False)
+    with GatewayServer(config, env=ENV) as gw:
+        refused = post(gw.base_url, "/chat/completions", body)
+    assert refused.status == 429
+    assert refused.headers.get("retry-after") == passed
