@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from steadystream import Outcome
+from steadystream import ConfigError, Outcome
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.gateway.config import config_from_mapping
 from steadystream.gateway.upstreams import UpstreamPool
@@ -197,3 +197,24 @@ def test_only_a_well_formed_retry_after_is_passed_on(
         refused = post(gw.base_url, "/chat/completions", body)
     assert refused.status == 429
     assert refused.headers.get("retry-after") == passed
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"headers": {"Content-Length": "5"}},  # the rest of the body: a second request
+        {"headers": {"Transfer-Encoding": "chunked"}},
+        {"headers": {"Authorization": "Bearer sk-in-the-file"}},  # keys: api_key_env only
+        {"forward_headers": ["Authorization"]},  # a gateway key sent on, echoed, logged
+        {"forward_headers": ["host"]},
+    ],
+)
+def test_headers_the_gateway_owns_cannot_be_configured(entry: dict[str, Any]) -> None:
+    """Failed before: accepted; ``Content-Length: 5`` cut every upstream request body short
+    (the upstream answered 500), and a forwarded ``Authorization`` sent the client's key
+    upstream, where an echo of it reached the logs unscrubbed."""
+    name = next(iter(entry))
+    with pytest.raises(ConfigError, match=rf"upstreams\.0\.{name}': .* is set by the gateway"):
+        config_from_mapping(
+            {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1", **entry}]}
+        )

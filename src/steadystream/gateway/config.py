@@ -59,6 +59,26 @@ _SIZE_UNITS = {
     "GiB": 1024**3,
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Headers the gateway owns on its upstream requests. Framing ones (a Content-Length that is
+# not the body's lets the rest of the body be read as the next request on a pooled
+# connection) and hop-by-hop ones are set by the HTTP client; credentials go only through
+# ``api_key_env`` (never in the file) and only the upstream's own key is scrubbed from what
+# an upstream echoes, so a forwarded client key (a gateway key) would reach logs.
+_OWNED_HEADERS = frozenset(
+    {
+        "authorization",
+        "connection",
+        "content-length",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 
 
 def _size(value: Any) -> Any:
@@ -133,6 +153,17 @@ class UpstreamConfig(_Section):
     def _plain_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
+        return value
+
+    @field_validator("headers", "forward_headers")
+    @classmethod
+    def _not_owned(cls, value: Any) -> Any:
+        for name in value:
+            if name.strip().lower() in _OWNED_HEADERS:
+                raise ValueError(
+                    f"{name!r} is set by the gateway (keys: api_key_env; framing and "
+                    "connection headers: the HTTP client), not here"
+                )
         return value
 
     @field_validator("request_id_header")
