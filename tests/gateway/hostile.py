@@ -187,6 +187,9 @@ class HostileUpstream:
             await asyncio.sleep(0.05)
             await response.write(event[cut:])
             await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        elif mode == "adv-bad-chunk-cut":  # a bad chunk whose 80-character preview cuts the key
+            await response.write(_chunk(role=True) + _chunk("one "))
+            await response.write(b"data: {not json, " + b"p" * 50 + key.encode() + b"\n\n")
         elif mode == "adv-finish-reset":  # "stop", then the connection is reset
             await response.write(_chunk(role=True) + _chunk("one ") + _chunk(finish="stop"))
             await asyncio.sleep(0.05)

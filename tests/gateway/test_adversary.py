@@ -82,7 +82,8 @@ def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads
     config = gateway_config(hostile(upstream), recording={"keep_text": True})
     answers: dict[str, Streamed] = {}
     with GatewayServer(config, recorder=recorder, env=ENV) as gw:
-        for mode in ("adv-fields-echo", "adv-split-reads", "adv-finish-garbage"):
+        modes = ("adv-fields-echo", "adv-split-reads", "adv-finish-garbage", "adv-bad-chunk-cut")
+        for mode in modes:
             answers[mode] = _stream(gw, mode, mode)
         whole = chat_body(5, hostile="status-text", stream=False)
         answers["text-500"] = post(gw.base_url, "/chat/completions", whole)
@@ -91,6 +92,7 @@ def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads
     recorder.close()
     recordings = b"".join(path.read_bytes() for path in tmp_path.iterdir())
     assert answers["adv-split-reads"].text == "you sent key ***"
+    assert "pp***..." in (answers["adv-bad-chunk-cut"].error or "")  # the cut key, hidden
     assert answers["text-500"].status == 500
     assert "***" in answers["text-500"].json()["error"]["message"]
     assert b"you sent key ***" in recordings
@@ -101,7 +103,19 @@ def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads
         "recordings": recordings,
     }
     for where, data in places.items():
-        assert SECRET.encode() not in data, where
+        assert SECRET[:10].encode() not in data, where  # not even the start of it
+
+
+def test_a_key_quoted_cut_short_is_hidden_from_its_eighth_character() -> None:
+    """Failed before: a bad chunk's preview, or aiohttp's excerpt of a bad header line, cut
+    the key and quoted its start (``sk-upstream-very...``) to the client, logs, recordings."""
+    config = config_from_mapping(
+        {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K"}]}
+    )
+    pool = UpstreamPool(config, None, {"K": SECRET})
+    assert pool.redact(f"b'{SECRET[:16]}...'") == "b'***...'"
+    assert pool.redact(f"{SECRET[:8]} {SECRET[:7]}") == f"*** {SECRET[:7]}"
+    assert pool.redact(f"{SECRET}{SECRET[:12]}") == "******"
 
 
 @pytest.mark.parametrize("mode", ["adv-finish-keepalive", "adv-finish-garbage", "adv-finish-reset"])

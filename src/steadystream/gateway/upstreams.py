@@ -60,6 +60,7 @@ _ERROR_BODY_LIMIT = 4096
 # right, two characters at a time, so an escaped backslash is never taken for an escape's start.
 _ESCAPED = re.compile(r"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
 _ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
+_KEY_START = 8  # the characters of a key that, quoted cut short, are hidden all the same
 _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
 _RETRY_AFTER = re.compile(
@@ -76,6 +77,19 @@ BodyReader = Callable[[], Awaitable[tuple[int, bytes]]]
 
 class ResponseTooLargeError(UpstreamStreamError):
     """A non-streaming answer larger than ``limits.max_response_bytes``."""
+
+
+def _hide_key_starts(text: str, key: str) -> str:
+    """``text`` with every run of ``key``'s first characters (at least ``_KEY_START``) hidden."""
+    head = key[:_KEY_START]
+    at = text.find(head)
+    while at >= 0:
+        end = at + len(head)
+        while end < len(text) and end - at < len(key) and text[end] == key[end - at]:
+            end += 1
+        text = f"{text[:at]}***{text[end:]}"
+        at = text.find(head, at + 3)
+    return text
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -231,6 +245,10 @@ class UpstreamPool:
         for key in self._keys.values():
             if key in text:
                 text = text.replace(key, "***")
+        # A message may quote a key cut short (an 80-character preview of a bad chunk, an
+        # HTTP parser's excerpt of a bad header): its start, from a few characters on, goes too.
+        for key in self._keys.values():
+            text = _hide_key_starts(text, key)
         return text
 
     def byte_scrubber(self) -> Callable[[bytes], bytes] | None:
