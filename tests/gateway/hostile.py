@@ -135,6 +135,11 @@ class HostileUpstream:
             raise
         return response
 
+    async def _models(self, request: web.Request) -> web.Response:
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        listed = [{"id": "lab"}, {"id": f"model-of-{key}"}, {"id": 5}, "junk"]
+        return web.json_response({"object": "list", "data": listed})
+
     async def _adversary(
         self, response: web.StreamResponse, mode: str, key: str, echo: str
     ) -> None:
@@ -221,6 +226,7 @@ class HostileUpstream:
         self._stop = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -106,6 +106,15 @@ def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads
         assert SECRET[:10].encode() not in data, where  # not even the start of it
 
 
+def test_a_model_list_that_quotes_the_key_is_scrubbed(upstream: HostileUpstream) -> None:
+    """Failed before: ``GET /v1/models`` passed an upstream's model ids on as they came."""
+    with GatewayServer(gateway_config(hostile(upstream)), env=ENV) as gw:
+        status, body = get(gw.url, "/v1/models")
+    assert status == 200
+    ids = [item["id"] for item in orjson.loads(body)["data"]]
+    assert ids == ["lab", "model-of-***"]
+
+
 def test_a_key_quoted_cut_short_is_hidden_from_its_eighth_character() -> None:
     """Failed before: a bad chunk's preview, or aiohttp's excerpt of a bad header line, cut
     the key and quoted its start (``sk-upstream-very...``) to the client, logs, recordings."""

@@ -337,7 +337,7 @@ def _models(state: GatewayState) -> _Endpoint:
                 continue
             for item in listed.get("data", []) if isinstance(listed, dict) else []:
                 if isinstance(item, dict) and isinstance(item.get("id"), str):
-                    names.setdefault(item["id"], None)
+                    names.setdefault(state.pool.redact(item["id"]), None)  # text from outside
         created = int(time.time())
         data = [
             {"id": name, "object": "model", "created": created, "owned_by": "steadystream"}
