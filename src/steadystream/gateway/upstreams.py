@@ -60,6 +60,8 @@ _ERROR_BODY_LIMIT = 4096
 # right, two characters at a time, so an escaped backslash is never taken for an escape's start.
 _ESCAPED = re.compile(r"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
 _ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
+_ASCII_ESCAPE = re.compile(r"\\(?:u00[2-7]|/)")
+_ASCII_ESCAPE_BYTES = re.compile(rb"\\(?:u00[2-7]|/)")
 _KEY_START = 8  # the characters of a key that, quoted cut short, are hidden all the same
 _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
@@ -238,7 +240,7 @@ class UpstreamPool:
 
     def redact(self, text: str) -> str:
         """``text`` with every upstream key replaced by ``***`` (also one JSON-escaped)."""
-        if "\\" in text:
+        if "\\" in text and _ASCII_ESCAPE.search(text):
             plain = _ESCAPED.sub(_unescape, text)
             if any(key in plain for key in self._keys.values()):
                 text = plain
@@ -263,7 +265,9 @@ class UpstreamPool:
             return None
 
         def scrub(data: bytes) -> bytes:
-            if b"\\" in data:  # rare in answers; a key may hide behind JSON escapes
+            # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d
+            # cannot): most answers with escapes skip the rewrite.
+            if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
                 plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
                 if any(key in plain for key in keys):
                     data = plain  # still valid JSON: only harmless escapes were undone
