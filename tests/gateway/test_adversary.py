@@ -241,3 +241,15 @@ def test_headers_the_gateway_owns_cannot_be_configured(entry: dict[str, Any]) ->
         config_from_mapping(
             {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1", **entry}]}
         )
+
+
+def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(upstream: HostileUpstream) -> None:
+    """Failed before: ``/v1/chat/completions/`` and ``/v1/models/`` got Starlette's 307 (an
+    empty body, a Location built from the client's Host header), not the documented JSON 404."""
+    with GatewayServer(gateway_config(hostile(upstream)), env=ENV) as gw:
+        posted = post(gw.base_url, "/chat/completions/", chat_body(5), {"Host": "evil.example"})
+        status, listed = get(gw.url, "/v1/models/")
+    for code, body in ((posted.status, posted.body), (status, listed)):
+        assert code == 404
+        assert orjson.loads(body)["error"]["code"] == "not_found"
+    assert "location" not in posted.headers

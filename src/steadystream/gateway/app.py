@@ -137,6 +137,9 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
     )
+    # A path with a slash added or missing is another path: a 404 in JSON like every unknown
+    # one, not Starlette's 307 to a URL built from the client's Host header.
+    app.router.redirect_slashes = False
     app.state.gateway = state
     return app
 
