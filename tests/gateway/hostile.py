@@ -97,6 +97,11 @@ class HostileUpstream:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
+            if mode == "adv-echo-prompt":  # the model quotes the user's message back
+                said = str(body["messages"][-1]["content"])
+                await response.write(_chunk(role=True) + _chunk(f"you said: {said}"))
+                await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+                return response
             if mode.startswith("adv-"):
                 await self._adversary(response, mode, key, echo)
                 return response

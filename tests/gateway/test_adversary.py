@@ -253,3 +253,29 @@ def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(upstream: HostileUps
         assert code == 404
         assert orjson.loads(body)["error"]["code"] == "not_found"
     assert "location" not in posted.headers
+
+
+def test_a_gateway_key_the_model_quotes_back_is_neither_sent_nor_recorded(
+    upstream: HostileUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failed before: a tenant's key pasted into a prompt and quoted in the answer was relayed
+    and recorded (``keep_text``) as it came: only upstream keys were scrubbed."""
+    caplog.set_level(logging.DEBUG)
+    tenant_key = "gw-tenant-key-secret-777"
+    recorder = TimelineRecorder(tmp_path, keep_text=True)
+    config = gateway_config(
+        hostile(upstream),
+        tenants=[{"name": "web", "api_key_env": ["TENANT_KEY"]}],
+        recording={"keep_text": True},
+    )
+    body = chat_body(5, hostile="adv-echo-prompt")
+    body["messages"] = [{"role": "user", "content": f"my key is {tenant_key}"}]
+    with GatewayServer(config, recorder=recorder, env={**ENV, "TENANT_KEY": tenant_key}) as gw:
+        streamed = post(
+            gw.base_url, "/chat/completions", body, {"Authorization": f"Bearer {tenant_key}"}
+        )
+    recorder.close()
+    recordings = b"".join(path.read_bytes() for path in tmp_path.iterdir())
+    assert streamed.text == "you said: my key is ***"
+    assert b"you said: my key is ***" in recordings
+    assert tenant_key.encode() not in recordings + caplog.text.encode()

@@ -222,6 +222,10 @@ class UpstreamPool:
                     f"{upstream.api_key_env!r} (the key of upstream {upstream.name!r}) is not set"
                 )
             self._keys[upstream.name] = key
+        # What is scrubbed: the upstreams' keys and the tenants' gateway keys (a user may paste
+        # one into a prompt and the model quote it back: it is not recorded either).
+        tenant_keys = [env.get(name) for t in config.tenants for name in t.api_key_env]
+        self._secrets = list(dict.fromkeys([*self._keys.values(), *filter(None, tenant_keys)]))
 
     def __repr__(self) -> str:  # never the keys
         return f"<UpstreamPool {[u.name for u in self.upstreams]}>"
@@ -239,17 +243,17 @@ class UpstreamPool:
         return list(seen)
 
     def redact(self, text: str) -> str:
-        """``text`` with every upstream key replaced by ``***`` (also one JSON-escaped)."""
+        """``text`` with every upstream or gateway key replaced by ``***`` (also JSON-escaped)."""
         if "\\" in text and _ASCII_ESCAPE.search(text):
             plain = _ESCAPED.sub(_unescape, text)
-            if any(key in plain for key in self._keys.values()):
+            if any(key in plain for key in self._secrets):
                 text = plain
-        for key in self._keys.values():
+        for key in self._secrets:
             if key in text:
                 text = text.replace(key, "***")
         # A message may quote a key cut short (an 80-character preview of a bad chunk, an
         # HTTP parser's excerpt of a bad header): its start, from a few characters on, goes too.
-        for key in self._keys.values():
+        for key in self._secrets:
             text = _hide_key_starts(text, key)
         return text
 
@@ -260,7 +264,7 @@ class UpstreamPool:
         (a provider echoing its ``Authorization``) never reaches the client with it. A key
         cut across two events is beyond it; an upstream that echoes sends it whole.
         """
-        keys = [key.encode() for key in self._keys.values()]
+        keys = [key.encode() for key in self._secrets]
         if not keys:
             return None
 
