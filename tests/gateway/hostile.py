@@ -170,7 +170,7 @@ class HostileUpstream:
             await response.write(_chunk(finish="stop", index=0))
             for word in range(8):
                 await response.write(_chunk(f"w{word} ", index=1))
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.06)  # 0.48 s in all: past the tests' finish_timeout
             await response.write(_chunk(finish="stop", index=1) + b"data: [DONE]\n\n")
         elif mode == "adv-fields-echo":  # the key in the id, model, finish reason and usage
             obj: dict[str, Any] = {
