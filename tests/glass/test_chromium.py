@@ -82,12 +82,15 @@ def test_the_smoothing_renderer_reveals_on_a_steady_tick_and_starts_later(
     assert naive.failures == smooth.failures == []
     naive_edges = compare_edges(naive.timelines)
     smooth_edges = compare_edges(smooth.timelines)
-    assert naive_edges is not None and smooth_edges is not None
+    assert naive_edges is not None
+    assert smooth_edges is not None
     assert smooth_edges.labels == {"renderer": "smooth"}
     # the start-up hold (250 ms) is latency the smoothing adds, at the first paint and after
-    assert smooth_edges.glass.ttft_p50_s is not None and naive_edges.glass.ttft_p50_s is not None
+    assert smooth_edges.glass.ttft_p50_s is not None
+    assert naive_edges.glass.ttft_p50_s is not None
     assert smooth_edges.glass.ttft_p50_s - naive_edges.glass.ttft_p50_s > 0.2
-    assert smooth_edges.paint_delay_p50_s is not None and naive_edges.paint_delay_p50_s is not None
+    assert smooth_edges.paint_delay_p50_s is not None
+    assert naive_edges.paint_delay_p50_s is not None
     assert smooth_edges.paint_delay_p50_s > naive_edges.paint_delay_p50_s
     (glass,) = [t for t in smooth.timelines if t.where is Where.GLASS]
     assert 25 * MS <= np.median(np.diff(glass.times)) <= 50 * MS  # the ~33 ms tick

@@ -20,7 +20,7 @@ from steadystream._types import Int64Array, Where
 from steadystream.metrics import FleetMetrics, MetricConfig, fleet_metrics
 from steadystream.timeline import Timeline
 
-__all__ = ["EdgeComparison", "compare_edges", "glass_pairs", "paint_delays_ns"]
+__all__ = ["EdgeComparison", "compare_edges", "glass_pairs", "paint_delays_ns", "rendered_view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,4 +96,23 @@ def compare_edges(
         paint_delay_p99_s=float(np.percentile(delays, 99)) if len(delays) else None,
         paint_delay_max_s=float(delays.max()) if len(delays) else None,
         labels=shared,
+    )
+
+
+def rendered_view(timelines: Sequence[Timeline]) -> tuple[list[Timeline], str | None]:
+    """The timelines a run's headline numbers describe, and a note when that is not all.
+
+    A run with glass timelines (``steadystream glass``, or a gateway recording with probe
+    reports) holds several vantage points of the same streams; pooled, each stream would
+    count two or three times. Its headline is the glass edge, what people saw; the edges
+    table compares it with the page's reader.
+    """
+    glass = [t for t in timelines if t.where is Where.GLASS]
+    if not glass or len(glass) == len(timelines):
+        return list(timelines), None
+    others = sorted({t.where.value for t in timelines if t.where is not Where.GLASS})
+    return glass, (
+        f"this run holds glass timelines: the numbers describe the {len(glass)} glass streams"
+        f" (what was painted); its {', '.join(others)} timelines are left out of them, and the"
+        " page's reader is compared with the glass in the edges table"
     )
