@@ -49,12 +49,13 @@ class GlassRun:
 
 
 def page_url(page: str, api: str) -> str:
-    """The page's URL (a path becomes ``file://``) with ``api`` set in its query."""
+    """The page's URL (a path, with or without a query, becomes ``file://``), ``api`` set."""
     if "://" not in page:
-        path = Path(page)
-        if not path.exists():
-            raise GlassError(f"page {page!r}: no such file (give a path or an http(s) URL)")
-        page = path.resolve().as_uri()
+        name, mark, query = page.partition("?")
+        path = Path(name)
+        if not path.is_file():
+            raise GlassError(f"page {name!r}: no such file (give a path or an http(s) URL)")
+        page = path.resolve().as_uri() + mark + query
     parts = urlsplit(page)
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "api"] + [("api", api)]
     return urlunsplit(parts._replace(query=urlencode(query)))
