@@ -38,7 +38,11 @@ _FRAMES = """async (frames) => {
   const p = SteadystreamGlass.start({streamId: "frames"});
   const paint = p._paint.bind(p);
   let spent = 0;
-  p.onFrame = (stamp) => { const t = performance.now(); paint(stamp); spent += performance.now() - t; };
+  p.onFrame = (stamp) => {
+    const t = performance.now();
+    paint(stamp);
+    spent += performance.now() - t;
+  };
   for (let f = 0; f < frames; f++) {
     for (let k = 0; k < 3; k++) { p.arrived(1); document.body.append("w "); p.shown(1); }
     await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));

@@ -72,7 +72,8 @@ def test_a_run_with_glass_is_described_by_its_glass_edge() -> None:
     client, glass = page("a", [10, 20], [16, 33], [1, 1])
     view, note = rendered_view([client, glass])
     assert view == [glass]
-    assert note is not None and "client" in note
+    assert note is not None
+    assert "client" in note
     plain = [make_timeline([5, 6])]
     assert rendered_view(plain) == (plain, None)
 

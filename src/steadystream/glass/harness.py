@@ -51,11 +51,11 @@ class GlassRun:
 def page_url(page: str, api: str) -> str:
     """The page's URL (a path, with or without a query, becomes ``file://``), ``api`` set."""
     if "://" not in page:
-        name, mark, query = page.partition("?")
+        name, mark, given = page.partition("?")
         path = Path(name)
         if not path.is_file():
             raise GlassError(f"page {name!r}: no such file (give a path or an http(s) URL)")
-        page = path.resolve().as_uri() + mark + query
+        page = path.resolve().as_uri() + mark + given
     parts = urlsplit(page)
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "api"] + [("api", api)]
     return urlunsplit(parts._replace(query=urlencode(query)))
