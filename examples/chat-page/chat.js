@@ -2,13 +2,14 @@
  *
  *   naive:  every token is appended the moment the reader yields it, so the screen shows
  *           the network's rhythm: bursts land in one frame, stalls show as freezes.
- *   smooth: tokens go into a buffer and are revealed on a steady ~33 ms tick (one token a
- *           tick; more when the buffer runs long, so it never falls far behind), after a
- *           short start-up hold that fills the buffer: short stalls vanish at the glass, at
- *           the price of a later first token.
+ *   smooth: tokens go into a buffer and are revealed one at a time at a steady pace, at
+ *           most every ~33 ms, faster when the buffer holds more than the start-up hold
+ *           (250 ms) so it never falls far behind. The hold fills the buffer: jitter and
+ *           stalls shorter than it vanish at the glass, at the price of a later first token.
  *
  * Query: ?api=ORIGIN (default: this page's origin) &renderer=naive|smooth &model=NAME
- *        &hold=MS (smooth's start-up hold, default 250) &tick=MS (default 33)
+ *        &hold=MS (smooth's start-up hold and buffer target, default 250)
+ *        &tick=MS (smooth's slowest reveal interval, default 33)
  * For the glass harness the page exposes window.steadystreamAsk({prompt, requestId}),
  * which resolves once the probe's report is posted.
  */
@@ -35,27 +36,37 @@
   }
 
   function smooth(probe) {
+    // Tokens wait in a buffer and are revealed one at a time, on animation frames, at most
+    // every `tick` ms (33 ms: 30 tokens/s); when the buffer holds more than `hold` ms of
+    // reveals, the interval shrinks to hold / buffered, so the buffer settles near `hold`
+    // whatever the stream's rate and the reveal never falls far behind.
     var queue = [];
     var started = false;
     var ended = false;
-    var timer = null;
+    var nextAt = 0;
     var done;
     var finished = new Promise(function (resolve) { done = resolve; });
-    function tick() {
+    function frame(now) {
       if (queue.length === 0) {
-        if (ended) { clearInterval(timer); done(); }
-        return;
+        nextAt = Math.max(nextAt, now);  // an empty buffer banks no reveals for later
+        if (ended) { done(); return; }
       }
-      // One token a tick; a long buffer drains faster so the reveal never lags far behind.
-      var n = queue.length > 8 ? Math.ceil(queue.length / 8) : 1;
-      var text = queue.splice(0, n).join("");
-      answer.append(text);
-      probe.shown(n);
+      var n = 0;
+      while (n < queue.length && now >= nextAt) {
+        nextAt += Math.min(tickMs, Math.max(1, holdMs / (queue.length - n)));
+        n += 1;
+      }
+      if (n > 0) {
+        answer.append(queue.splice(0, n).join(""));
+        probe.shown(n);
+      }
+      requestAnimationFrame(frame);
     }
     function start() {
       if (started) return;
       started = true;
-      timer = setInterval(tick, tickMs);
+      nextAt = performance.now();
+      requestAnimationFrame(frame);
     }
     return {
       push: function (text) {

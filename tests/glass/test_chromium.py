@@ -151,3 +151,41 @@ def test_cors_preflight_passes_for_an_allowed_origin_and_fails_for_another(
     assert not other["ok"]
     assert "Failed to fetch" in other["error"]
     assert seen == [allowed["id"]]  # the other origin never reached the upstream
+
+
+_PROBE_REPORT = """async (keepText) => {
+  const probe = SteadystreamGlass.start({streamId: "p-1", keepText});
+  probe.arrived(1, "the user's secret");
+  document.body.append("the user's secret");
+  probe.shown(1);
+  return JSON.parse(await probe.finish("complete"));
+}"""
+
+
+async def probe_report(chromium: str, keep_text: bool) -> dict[str, Any]:
+    from playwright.async_api import async_playwright
+
+    from steadystream.glass.routes import probe_source
+
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=chromium, headless=True)
+        try:
+            page = await browser.new_page()
+            await page.set_content("<!doctype html><body></body>")
+            await page.add_script_tag(content=probe_source().decode())
+            result: dict[str, Any] = await page.evaluate(_PROBE_REPORT, keep_text)
+            return result
+        finally:
+            await browser.close()
+
+
+def test_no_text_leaves_the_page_unless_the_page_asks(chromium: str) -> None:
+    quiet = asyncio.run(probe_report(chromium, keep_text=False))
+    assert "secret" not in str(quiet)
+    assert quiet["texts"] is None
+    assert [n for _, n in quiet["arrivals"]] == [1]
+    ((painted, tokens),) = quiet["frames"]
+    assert tokens == 1
+    assert painted >= quiet["arrivals"][0][0]
+    told = asyncio.run(probe_report(chromium, keep_text=True))
+    assert told["texts"] == ["the user's secret"]

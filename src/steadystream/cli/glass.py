@@ -22,6 +22,10 @@ def glass(
         list[str] | None,
         typer.Option("--inject", "-i", help="A fault to inject (as for `replay`; repeatable)."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="Replay only the recorded streams whose id matches (repeatable)."),
+    ] = None,
     runs: Annotated[int, typer.Option(min=1, max=10_000, help="Requests the page makes.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the injections' draws.")] = 0,
     output: Annotated[
@@ -58,7 +62,8 @@ def glass(
                 "no Chromium found: install it (Debian/Ubuntu: apt-get install chromium)"
                 " or set STEADYSTREAM_CHROMIUM to its path"
             )
-        with ReplayServer(timelines, injections=injections, seed=seed) as server:
+        server = ReplayServer(timelines, injections=injections, seed=seed, only=only or ())
+        with server:
 
             def progress(run: int, error: str | None) -> None:
                 console.print(f"run {run + 1}/{runs}: {error or 'ok'}", highlight=False)

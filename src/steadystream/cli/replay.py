@@ -27,6 +27,12 @@ def replay(
         str | None,
         typer.Option(help="The vantage point to play (default: client, else the file's first)."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Play only the recorded streams whose id matches (steady-*; repeatable)."
+        ),
+    ] = None,
     stall_limit: Annotated[
         str, typer.Option(help="How long a stall:forever holds a stream before cutting it.")
     ] = "5m",
@@ -47,7 +53,8 @@ def replay(
     with exit_on_error():
         injections = [parse_injection(spec) for spec in inject or []]
         timelines = read_timelines(run).timelines
-        create_app(timelines, injections=injections, where=where)  # fail here, not in uvicorn
+        # fail here, with a clear message, rather than inside uvicorn
+        create_app(timelines, injections=injections, where=where, only=only or ())
     typer.echo(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
         f" seed {seed}, at http://{host}:{port}/v1"
@@ -59,5 +66,6 @@ def replay(
         injections=injections,
         seed=seed,
         where=where,
+        only=only or (),
         stall_limit_ns=limit,
     )

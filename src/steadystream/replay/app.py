@@ -78,12 +78,13 @@ def create_app(
     injections: Sequence[Injection] = (),
     seed: int = 0,
     where: str | None = None,
+    only: Sequence[str] = (),
     clock: Clock | None = None,
     stall_limit_ns: int = _DEFAULT_STALL_LIMIT_NS,
 ) -> Starlette:
     """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play."""
     state = ReplayState(
-        streams=RecordedStreams.choose(timelines, where),
+        streams=RecordedStreams.choose(timelines, where, only),
         injections=tuple(injections),
         seed=seed,
         clock=clock if clock is not None else MonotonicClock(),

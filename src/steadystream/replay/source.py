@@ -3,11 +3,12 @@
 A run may hold several vantage points of the same streams (client, gateway edges, lab); the
 replay plays one of them: ``where`` if given, else the client's timelines when there are any,
 else those of the first vantage point in the file. Streams with no text event are skipped:
-there is nothing to play.
+there is nothing to play; ``only`` narrows them by id (shell patterns: ``steady-*``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,8 +32,12 @@ class RecordedStreams:
 
     @classmethod
     def choose(
-        cls, timelines: Sequence[Timeline], where: Where | str | None = None
+        cls,
+        timelines: Sequence[Timeline],
+        where: Where | str | None = None,
+        only: Sequence[str] = (),
     ) -> RecordedStreams:
+        """The streams to play; ``only`` keeps the ids that match a shell pattern of it."""
         present = list(dict.fromkeys(t.where for t in timelines))
         if not present:
             raise InputError("the run has no streams to replay")
@@ -48,6 +53,12 @@ class RecordedStreams:
         playable = tuple(t for t in timelines if t.where is chosen and t.text_mask.any())
         if not playable:
             raise InputError(f"the run's {chosen.value!r} timelines carry no text event to replay")
+        if only:
+            playable = tuple(
+                t for t in playable if any(fnmatch.fnmatchcase(t.stream_id, p) for p in only)
+            )
+            if not playable:
+                raise InputError(f"only: no recorded stream id matches {', '.join(only)}")
         return cls(playable, chosen)
 
     def __len__(self) -> int:

@@ -85,8 +85,8 @@ def render_html(report: Report) -> str:
         *(_card(card, compare=report.baseline is not None) for card in report.cards),
         "</div>",
         _findings(report.findings),
-        *(_chart(chart, report.findings) for chart in report.charts),
         _edges(report.edges) if report.edges is not None else "",
+        *(_chart(chart, report.findings) for chart in report.charts),
         _whatif(report.whatif) if report.whatif is not None else "",
         f"<footer>Made with steadystream {_e(__version__)}. Every metric is defined in"
         " docs/metrics.md; docs/report.md explains how to read each chart.</footer>",
