@@ -7,44 +7,25 @@ p99-of-p99 gap and the TTFT at which it came, both as painted.
 
 from __future__ import annotations
 
-from steadystream._units import format_duration
+from steadystream._units import format_seconds
 from steadystream.glass.edges import EdgeComparison
-from steadystream.metrics import FleetMetrics
+from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics
 from steadystream.report.model import WhatIfTable
 
 __all__ = ["edges_table"]
 
 
-def _s(value: float | None) -> str:
-    return format_duration(None if value is None else value * 1e9)
-
-
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
+_ROWS = ("ttft_p50_s", "p99_of_p99_s", "p99_of_worst_gap_s", "goodput", "qoe_mean", "fluidity_mean")
+_s = format_seconds
+_share = FLEET_CATALOGUE["goodput"].show  # a share, as the catalogue shows one
 
 
 def _fleet_rows(fleet: FleetMetrics) -> list[str]:
-    return [
-        _s(fleet.ttft_p50_s),
-        _s(fleet.p99_of_p99_s),
-        _s(fleet.p99_of_worst_gap_s),
-        _share(fleet.goodput),
-        _num(fleet.qoe_mean),
-        _num(fleet.fluidity_mean),
-    ]
+    return [FLEET_CATALOGUE[name].show(getattr(fleet, name)) for name in _ROWS]
 
 
 _METRICS = [
-    "TTFT p50",
-    "p99 of per-stream p99 gap",
-    "p99 of worst gap",
-    "ITL goodput",
-    "Andes QoE, mean",
-    "Etalon fluidity, mean",
+    *(FLEET_CATALOGUE[name].label for name in _ROWS),
     "frames with more than one token",
     "arrival to paint, p50",
     "arrival to paint, p99",
