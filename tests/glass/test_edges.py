@@ -87,3 +87,45 @@ def test_page_url_sets_api_keeps_the_query_and_refuses_a_missing_file(tmp_path: 
     assert page_url("http://host/p?x=1", "http://a") == "http://host/p?x=1&api=http%3A%2F%2Fa"
     with pytest.raises(GlassError, match="no such file"):
         page_url(str(tmp_path / "missing.html"), "http://a")
+
+
+def test_the_report_puts_both_edges_side_by_side_and_says_what_the_renderer_changed() -> None:
+    from steadystream.report.build import build_report
+    from steadystream.report.html import render_html
+
+    def run(renderer: str, paint_ms: float) -> list[Timeline]:
+        timelines: list[Timeline] = []
+        for i in range(3):
+            labels = {"renderer": renderer, "vantage": "browser"}
+            arrivals = [100.0 + 20 * k for k in range(20)]
+            frames = [paint_ms + t for t in arrivals]
+            if renderer == "naive":
+                frames[10] += 300  # a freeze the smoother would have hidden
+            timelines.append(
+                make_timeline(arrivals, stream_id=f"{renderer}-{i}", role_ms=None, labels=labels)
+            )
+            timelines.append(
+                make_timeline(
+                    sorted(frames),
+                    stream_id=f"{renderer}-{i}",
+                    role_ms=None,
+                    labels=labels,
+                    where=Where.GLASS,
+                )
+            )
+        return timelines
+
+    report = build_report(run("smooth", 250.0), baseline=run("naive", 5.0))
+    assert report.edges is not None
+    assert report.edges.columns == [
+        "metric",
+        "client (smooth)",
+        "glass (smooth)",
+        "client (naive)",
+        "glass (naive)",
+    ]
+    assert "smooth's p99-of-p99 gap is" in report.edges.note
+    assert "lower" in report.edges.note
+    assert report.fleet.streams == 3  # the glass edge, not every vantage point pooled
+    assert any("glass timelines" in line for line in report.run)
+    assert 'id="edges"' in render_html(report)
