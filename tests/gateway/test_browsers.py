@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -188,3 +189,19 @@ def test_reports_are_refused_unless_accepted_and_need_a_key_when_the_gateway_has
         assert post_report(gw, report(), Authorization="Bearer sk-tenant").status == 204
         assert len(sink.timelines) == 2
         assert orjson.dumps(sink.timelines[0].labels)  # recorded, JSON-able labels
+
+
+def test_reports_land_in_the_recording_files_next_to_the_gateways_edges(
+    replay: ReplayServer, tmp_path: Path
+) -> None:
+    from steadystream.files import read_timelines
+
+    directory = tmp_path / "recordings"
+    recording = {"enabled": True, "directory": str(directory)}
+    with gateway(replay, glass={"accept": True}, recording=recording) as gw:
+        answered = post(gw.base_url, "/chat/completions", chat_body(), {"X-Request-Id": "page-7"})
+        assert answered.done
+        assert post_report(gw, report("page-7")).status == 204
+    recorded = [t for f in sorted(directory.iterdir()) for t in read_timelines(f).timelines]
+    wheres = sorted(t.where.value for t in recorded if t.stream_id == "page-7")
+    assert wheres == ["client", "gateway-downstream", "gateway-upstream", "glass"]
