@@ -2,7 +2,8 @@
 
 Each event is written at the request's arrival plus its planned offset, on the injected
 clock; events already due when the writer wakes go out together, as a server that fell
-behind would send them. The writer races a disconnect listener (as the lab's does). Every
+behind would send them. The writer races the client's disconnect (the gateway's
+:func:`~steadystream.gateway.disconnect.run_until_disconnect`). Every
 write is stamped into the request's ground truth (:class:`RequestTruth`, the lab's record),
 with the injected delay of each gap as its causes.
 
@@ -12,8 +13,6 @@ finish and no ``[DONE]``, as a truncation does at once.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 import orjson
@@ -22,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from steadystream._clock import Clock
 from steadystream._types import EventKind
-from steadystream.lab.causes import Cause
+from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.lab.truth import RequestTruth
 from steadystream.lab.wire import SseFormat
 from steadystream.protocol.openai import error_payload
@@ -62,24 +61,13 @@ class ReplayResponse(Response):
         self._extra_headers = [(b"x-request-id", truth.request_id.encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        writer = asyncio.ensure_future(self._write(send))
-        listener = asyncio.ensure_future(_wait_for_disconnect(receive))
-        try:
-            done, _ = await asyncio.wait({writer, listener}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (writer, listener):
-                if not task.done():
-                    task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
-        if writer in done:
-            writer.result()
-            return
-        with contextlib.suppress(asyncio.CancelledError, OSError):
-            await writer
-        now = self._clock.now_ns()
-        self._finish(now, "cancelled")
-        self._truth.disconnect_noticed_ns = now
+        truth = self._truth
+        noticed = await run_until_disconnect(
+            self._write(send), receive, self._clock, answered=lambda: truth.stream_done
+        )
+        if noticed is not None:
+            self._finish(noticed, "cancelled")
+            truth.disconnect_noticed_ns = noticed
 
     def _finish(self, now: int, reason: str) -> None:
         truth = self._truth
@@ -89,12 +77,21 @@ class ReplayResponse(Response):
         truth.finished_ns = truth.end_ns = now
         truth.stream_done = truth.engine_done = True
 
-    def _causes(self, index: int) -> tuple[tuple[Cause, ...], dict[str, int] | None]:
-        extra = self._plan.extra[index]
-        if not extra:
-            return (), None
-        ordered = sorted(extra, key=lambda cause: -extra[cause])
-        return tuple(ordered), {cause.value: extra[cause] for cause in ordered}
+    def _mark_content(self, index: int, written_ns: int, wire_bytes: int) -> None:
+        """Record content event ``index`` of the plan as written, with its injected causes."""
+        plan = self._plan
+        extra = plan.extra[index]
+        ordered = tuple(sorted(extra, key=lambda cause: -extra[cause]))
+        self._truth.add_event(
+            EventKind.CONTENT,
+            self._truth.arrival_ns + plan.times[index],
+            written_ns,
+            plan.tokens[index],
+            wire_bytes,
+            plan.texts[index],
+            ordered,
+            {cause.value: extra[cause] for cause in ordered} if extra else None,
+        )
 
     # -- streaming ------------------------------------------------------------------------------
 
@@ -122,17 +119,7 @@ class ReplayResponse(Response):
             await send({"type": "http.response.body", "body": b"".join(pieces), "more_body": True})
             written = clock.now_ns()
             for k, data in zip(range(i, due), pieces, strict=True):
-                causes, extra = self._causes(k)
-                truth.add_event(
-                    EventKind.CONTENT,
-                    arrival + plan.times[k],
-                    written,
-                    plan.tokens[k],
-                    len(data),
-                    plan.texts[k],
-                    causes,
-                    extra,
-                )
+                self._mark_content(k, written, len(data))
             if truth.first_token_ns is None:
                 truth.first_token_ns = written
             truth.tokens_generated = truth.tokens_written
@@ -185,17 +172,7 @@ class ReplayResponse(Response):
         now = clock.now_ns()
         sent = plan.sent
         for k in range(sent):
-            causes, extra = self._causes(k)
-            truth.add_event(
-                EventKind.CONTENT,
-                arrival + plan.times[k],
-                now,
-                plan.tokens[k],
-                0,
-                plan.texts[k],
-                causes,
-                extra,
-            )
+            self._mark_content(k, now, 0)
         if sent:
             truth.first_token_ns = now
         truth.tokens_generated = truth.tokens_written
@@ -220,10 +197,3 @@ class ReplayResponse(Response):
             if str(record["spec"]).startswith(kind):
                 return str(record["spec"])
         return kind
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
