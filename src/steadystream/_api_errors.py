@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from steadystream.protocol.openai import error_payload
 
-__all__ = ["ApiError", "error_response", "read_body"]
+__all__ = ["ApiError", "error_response", "json_response", "read_body"]
 
 
 class ApiError(Exception):
@@ -56,6 +56,11 @@ def error_response(
 ) -> Response:
     body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
     return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def json_response(data: object, status: int = 200) -> Response:
+    """A JSON answer (orjson), as every server here writes one."""
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
 async def read_body(request: Request, limit: int) -> bytes:

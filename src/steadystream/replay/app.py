@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -30,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from steadystream._api_errors import ApiError, error_response, read_body
+from steadystream._api_errors import ApiError, error_response, json_response, read_body
 from steadystream._clock import Clock, MonotonicClock
 from steadystream.glass.intake import GlassLimits
 from steadystream.glass.routes import glass_routes
@@ -113,12 +112,8 @@ def create_app(
     return app
 
 
-def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
 async def _health(request: Request) -> Response:
-    return _json({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def _models(request: Request) -> Response:
@@ -130,7 +125,7 @@ async def _models(request: Request) -> Response:
             "owned_by": "steadystream-replay",
         }
     ]
-    return _json({"object": "list", "data": data})
+    return json_response({"object": "list", "data": data})
 
 
 def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
@@ -205,14 +200,14 @@ def _request_id(state: ReplayState, given: str | None) -> str:
 def _stream_ids(state: ReplayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
         ids = [t.stream_id for t in state.streams.streams]
-        return _json({"where": state.streams.where.value, "stream_ids": ids})
+        return json_response({"where": state.streams.where.value, "stream_ids": ids})
 
     return endpoint
 
 
 def _request_ids(state: ReplayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
-        return _json({"request_ids": state.truths.ids()})
+        return json_response({"request_ids": state.truths.ids()})
 
     return endpoint
 
@@ -226,6 +221,8 @@ def _truth(state: ReplayState) -> _Endpoint:
                 404, f"no ground truth for request {request_id!r}", param="request_id"
             )
         source, applied = state.sources.get(request_id, ("", []))
-        return _json({**truth.to_json(), "source_stream": source, "injected": applied})
+        return json_response(
+            {**truth.to_json(), "source_stream": source, "injected": applied}
+        )
 
     return endpoint
