@@ -19,12 +19,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from steadystream._exceptions import SteadystreamError
 from steadystream._types import Where
 from steadystream.replay.server import ReplayServer
 from steadystream.timeline import Timeline
+
+if TYPE_CHECKING:  # Playwright is an optional extra: imported where it runs
+    from playwright.async_api import Browser
 
 __all__ = ["GlassError", "GlassRun", "drive_page", "page_url"]
 
@@ -109,12 +113,10 @@ async def drive_page(
 
 
 async def _one_run(
-    browser: object, url: str, request_id: str, prompt: str, timeout_s: float
+    browser: Browser, url: str, request_id: str, prompt: str, timeout_s: float
 ) -> str | None:
-    from playwright.async_api import Browser
     from playwright.async_api import Error as PlaywrightError
 
-    assert isinstance(browser, Browser)
     page = await browser.new_page(viewport={"width": 900, "height": 700})
     console: list[str] = []
     page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
