@@ -221,8 +221,6 @@ def _truth(state: ReplayState) -> _Endpoint:
                 404, f"no ground truth for request {request_id!r}", param="request_id"
             )
         source, applied = state.sources.get(request_id, ("", []))
-        return json_response(
-            {**truth.to_json(), "source_stream": source, "injected": applied}
-        )
+        return json_response({**truth.to_json(), "source_stream": source, "injected": applied})
 
     return endpoint
