@@ -15,7 +15,7 @@ from steadystream.files import read_timelines
 from steadystream.gateway.server import GatewayServer
 from steadystream.glass.edges import compare_edges, paint_delays_ns
 from steadystream.glass.harness import GlassRun, drive_page
-from steadystream.replay import ReplayServer
+from steadystream.replay import ReplayServer, parse_injection
 from steadystream.timeline import Timeline
 from tests.gateway.conftest import gateway_config
 from tests.report.conftest import SAMPLE_RUN
@@ -79,7 +79,9 @@ def test_probe_timelines_arrive_and_the_browser_keeps_the_replays_timing(
 def test_the_smoothing_renderer_paints_fewer_bursts_and_starts_later(
     steady_run: list[Timeline], chromium: str
 ) -> None:
-    with ReplayServer(steady_run[:1]) as replay:
+    # jitter makes tokens arrive closer than a frame now and then: bursts for the naive page
+    jitter = [parse_injection("jitter:40ms")]
+    with ReplayServer(steady_run[:1], injections=jitter, seed=1) as replay:
         naive = drive(f"{PAGE.as_uri()}?renderer=naive", replay, chromium, runs=1)
         smooth = drive(f"{PAGE.as_uri()}?renderer=smooth", replay, chromium, runs=1)
     assert naive.failures == smooth.failures == []

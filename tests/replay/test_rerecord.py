@@ -1,26 +1,28 @@
 """Replaying a run with no injection reproduces its gaps: recorded vs replayed-and-re-recorded.
 
+The replay runs as its own process (`steadystream replay`, as a user starts it) and the
+streams are re-recorded over loopback, stamped as reads complete (as the bench client does).
 Tolerance, on a loaded two-core machine: the median of |replayed gap - recorded gap| is at
-most 3 ms, nine gaps in ten are within 15 ms, every stream's p99 gap is within 30 ms of the
-recorded one, and the recorded 2 s pause comes back within 30 ms. Stamps are taken as reads
-complete (as the bench client does), over real loopback sockets. Single gaps can be off by
-50-60 ms here: the server's thread and this client share one process and its GIL, so either
-one's pause (a collection, the other's burst of work) lands on the wire; that is why the
-worst gap of a steady stream is not held to the tolerance.
+most 3 ms and nine gaps in ten are within 15 ms; each stream keeps its cadence (median gap
+within 2 ms) and its length (within 2 %); the recorded 2 s pause comes back within 30 ms.
+Single gaps can be off by 50-150 ms when the machine is busy (either process descheduled),
+which is why no single gap, nor a stream's p99 of 199 gaps, is held to the tolerance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import aiohttp
 import numpy as np
 import pytest
 
+from steadystream._processes import Child, free_port, steadystream_command
 from steadystream.files import read_timelines
 from steadystream.protocol.openai import timeline_from_sse
-from steadystream.replay import STREAM_HEADER, ReplayServer
+from steadystream.replay import STREAM_HEADER
 from steadystream.timeline import Timeline
 from tests.report.conftest import SAMPLE_RUN
 
@@ -46,13 +48,16 @@ def gaps(timeline: Timeline) -> np.ndarray:
     return np.diff(timeline.times[timeline.text_mask])
 
 
-def test_replay_reproduces_the_recorded_gaps_within_tolerance() -> None:
+def test_replay_reproduces_the_recorded_gaps_within_tolerance(tmp_path: Path) -> None:
     run = read_timelines(SAMPLE_RUN).timelines
     chosen = [t for t in run if t.stream_id.endswith("-0")]  # one stream of each shape
-    with ReplayServer(run) as server:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = steadystream_command("replay", str(SAMPLE_RUN), "--port", str(port))
+    with Child("the replay", command, health_url=f"{url}/healthz", log=tmp_path / "replay.log"):
 
         async def all_streams() -> list[Timeline]:
-            return await asyncio.gather(*(rerecord(server.url, t.stream_id) for t in chosen))
+            return await asyncio.gather(*(rerecord(url, t.stream_id) for t in chosen))
 
         replayed = asyncio.run(all_streams())
     errors = []
@@ -61,8 +66,10 @@ def test_replay_reproduces_the_recorded_gaps_within_tolerance() -> None:
         # same chunking: as many content events, unless reads merged some (never split)
         assert int(again.text_mask.sum()) <= int(recorded.text_mask.sum())
         assert again.text_mask.sum() >= 0.9 * recorded.text_mask.sum()
-        p99_error = np.percentile(gaps(again), 99) - np.percentile(gaps(recorded), 99)
-        assert abs(p99_error) <= 30 * MS, recorded.stream_id
+        cadence_error = np.median(gaps(again)) - np.median(gaps(recorded))
+        assert abs(cadence_error) <= 2 * MS, recorded.stream_id
+        length_error = int(gaps(again).sum()) - int(gaps(recorded).sum())
+        assert abs(length_error) <= 0.02 * gaps(recorded).sum(), recorded.stream_id
         if recorded.stream_id.startswith("paused"):
             assert abs(int(gaps(again).max()) - int(gaps(recorded).max())) <= 30 * MS
         if len(gaps(again)) == len(gaps(recorded)):
