@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from steadystream._causes import Cause
 from steadystream._exceptions import SpecError
-from steadystream.lab.causes import Cause
 from steadystream.replay.inject import Plan, inject, parse_injection
 
 MS = 1_000_000

@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from steadystream._causes import Cause
 from steadystream._exceptions import SpecError
 from steadystream._units import parse_duration
-from steadystream.lab.causes import Cause
 
 __all__ = ["Injection", "Plan", "Position", "inject", "parse_injection"]
 
