@@ -1,4 +1,4 @@
-"""OpenAI-style error responses, shared by the servers (the lab and the gateway).
+"""OpenAI-style error responses, shared by the servers (the lab, the gateway, the replay).
 
 A refused request gets ``{"error": {"message", "type", "param", "code"}}`` with its HTTP
 status, the shape the ``openai`` SDK turns into a typed exception.
@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.requests import Request
 from starlette.responses import Response
 
 from steadystream.protocol.openai import error_payload
 
-__all__ = ["ApiError", "error_response"]
+__all__ = ["ApiError", "error_response", "json_response", "read_body"]
 
 
 class ApiError(Exception):
@@ -55,3 +56,26 @@ def error_response(
 ) -> Response:
     body = orjson.dumps(error_payload(message, type=type, code=code, param=param))
     return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def json_response(data: object, status: int = 200) -> Response:
+    """A JSON answer (orjson), as every server here writes one."""
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """A request's body, refused with 413 as soon as it is known to pass ``limit`` bytes."""
+    too_large = ApiError(
+        413, f"the request body is larger than {limit} bytes", code="request_too_large"
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -86,6 +86,8 @@ class Where(enum.StrEnum):
     GATEWAY_UPSTREAM = "gateway-upstream"
     GATEWAY_DOWNSTREAM = "gateway-downstream"
     LAB = "lab"
+    GLASS = "glass"  # a page's paints, posted by the glass probe (one event per frame)
+    REPLAY = "replay"  # what the replay server wrote (its ground truth)
 
 
 class TokenSource(enum.StrEnum):

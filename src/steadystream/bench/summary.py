@@ -16,6 +16,7 @@ from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.bench.health import token_notes
 from steadystream.bench.runner import RunResult
 from steadystream.findings import Finding, find
+from steadystream.glass.edges import EdgeComparison, compare_edges, rendered_view
 from steadystream.metrics import (
     FleetMetrics,
     MetricConfig,
@@ -41,6 +42,7 @@ class Summary:
     findings: list[Finding]
     explanation: Explanation | None = None  # the cause of each stall, when there are stalls
     notes: list[str] = field(default_factory=list)
+    edges: EdgeComparison | None = None  # a page's client and glass edges (docs/glass.md)
 
 
 def summarise(
@@ -52,7 +54,13 @@ def summarise(
     engine: EngineSamples | None = None,
 ) -> Summary:
     """Summarise ``timelines``; with ``by``, also per value of that label. Stalls are
-    attributed to causes (with ``engine``, the engine metrics scraped during the run)."""
+    attributed to causes (with ``engine``, the engine metrics scraped during the run).
+
+    A run with glass timelines is summarised by its glass edge (what was painted), with the
+    page's two edges compared in ``edges`` (:mod:`steadystream.glass.edges`).
+    """
+    edges = compare_edges(timelines, config)
+    timelines, view_note = rendered_view(timelines)
     table = stream_table(timelines, config)
     fleet = fleet_metrics(table, config)
     threshold_s = config.stall_threshold_ns / 1e9
@@ -81,6 +89,8 @@ def summarise(
         worst=[table.row(i) for i in worst_streams(table, worst)],
         findings=find(table, fleet, config, explanation),
         explanation=explanation if explanation is not None and explanation.stalls else None,
+        notes=[view_note] if view_note else [],
+        edges=edges,
     )
 
 

@@ -42,6 +42,8 @@ _COMMANDS = (
     "gateway",
     "report",
     "demo",
+    "replay",
+    "glass",
 )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from steadystream._units import format_duration, format_seconds, format_share
 from steadystream.bench.summary import Summary
+from steadystream.glass.edges import EdgeComparison
 from steadystream.metrics import FLEET_CATALOGUE
 
 __all__ = ["print_summary", "to_json"]
@@ -104,10 +107,67 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             title=f"Stall time by cause ({len(explained.stalls)} stalls, waits for a first token"
             " included; steadystream explain tells why each)",
         )
+    if summary.edges is not None:
+        _print_edges(summary.edges, console)
     for finding in summary.findings:
         console.print(f"[bold yellow]finding[/] [dim]{finding.code}[/]: {finding.message}")
     for note in summary.notes:
         console.print(f"[bold]note:[/] {note}")
+
+
+# Both edges of a page's streams, side by side; words and form come from the catalogue.
+EDGE_ROWS = (
+    "ttft_p50_s",
+    "p99_of_p99_s",
+    "p99_of_worst_gap_s",
+    "goodput",
+    "qoe_mean",
+    "fluidity_mean",
+)
+
+
+def _print_edges(edges: EdgeComparison, console: Console) -> None:
+    shared = ", ".join(f"{k}={v}" for k, v in sorted(edges.labels.items()))
+    title = f"Client and glass edges of {edges.streams} page streams" + (
+        f" ({shared})" if shared else ""
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("metric", "client (page's reader)", "glass (painted)"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for name in EDGE_ROWS:
+        info = FLEET_CATALOGUE[name]
+        table.add_row(
+            info.long_label,
+            info.show(getattr(edges.client, name)),
+            info.show(getattr(edges.glass, name)),
+        )
+    console.print(table)
+    share = FLEET_CATALOGUE["goodput"].show  # a share, as the catalogue shows one
+    console.print(
+        f"what the browser added: {edges.multi_token_frames} of {edges.frames} frames showed"
+        f" more than one token ({share(edges.multi_token_frame_share)}, carrying"
+        f" {share(edges.tokens_in_multi_token_frames_share)} of the tokens); arrival to paint"
+        f" p50 {format_seconds(edges.paint_delay_p50_s)}, p99"
+        f" {format_seconds(edges.paint_delay_p99_s)}, max {format_seconds(edges.paint_delay_max_s)}"
+    )
+
+
+def _edges_json(edges: EdgeComparison | None) -> dict[str, Any] | None:
+    if edges is None:
+        return None
+    return {
+        "streams": edges.streams,
+        "labels": edges.labels,
+        "client": edges.client.to_dict(),
+        "glass": edges.glass.to_dict(),
+        "frames": edges.frames,
+        "multi_token_frames": edges.multi_token_frames,
+        "multi_token_frame_share": edges.multi_token_frame_share,
+        "tokens_in_multi_token_frames_share": edges.tokens_in_multi_token_frames_share,
+        "paint_delay_p50_s": edges.paint_delay_p50_s,
+        "paint_delay_p99_s": edges.paint_delay_p99_s,
+        "paint_delay_max_s": edges.paint_delay_max_s,
+    }
 
 
 def to_json(summary: Summary) -> str:
@@ -139,5 +199,6 @@ def to_json(summary: Summary) -> str:
             else {c.cause: c.to_json() for c in summary.explanation.by_cause}
         ),
         "notes": summary.notes,
+        "edges": _edges_json(summary.edges),
     }
     return orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode()

@@ -1,9 +1,11 @@
 """The gateway's HTTP face: an OpenAI-compatible Starlette app.
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
-``GET /v1/models``, ``GET /healthz``, ``GET /metrics``. Clients change only their base URL.
-Anything else gets an OpenAI-style JSON error (404, 405), as the SDKs expect. With tenants
-configured, ``/metrics`` and ``/healthz`` need a gateway key too unless
+``GET /v1/models``, ``GET /healthz``, ``GET /metrics``, and the glass probe
+(``GET /steadystream/glass.js``, ``POST /steadystream/glass``: gateway/glass.py). Clients
+change only their base URL; browsers on other origins are let in as ``cors`` says
+(gateway/cors.py). Anything else gets an OpenAI-style JSON error (404, 405), as the SDKs
+expect. With tenants configured, ``/metrics`` and ``/healthz`` need a gateway key too unless
 ``server.metrics_auth`` is off: they name tenants, models and upstreams.
 
 Every generation request is checked in this order, each failure an OpenAI-style error:
@@ -36,8 +38,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import ConfigError, SpecError, UpstreamError
 from steadystream.gateway.auth import Authenticator, Tenant
-from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.config import CorsConfig, GatewayConfig
+from steadystream.gateway.cors import CorsLayer
 from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
+from steadystream.gateway.glass import gateway_glass_routes
 from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
 from steadystream.gateway.relay import StreamRelay
 from steadystream.gateway.requests import (
@@ -130,9 +134,11 @@ def create_app(
         Route("/v1/models", _models(state), methods=["GET"]),
         Route("/healthz", _guarded(state, _health(state)), methods=["GET"]),
         Route("/metrics", _guarded(state, _metrics(state)), methods=["GET"]),
+        *gateway_glass_routes(state),
     ]
     app = _GatewayApp(
         generation,
+        config.cors,
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
@@ -152,11 +158,16 @@ class _GatewayApp(Starlette):
     turns anything unexpected into a 500), so they skip the stack; the rest goes through it.
     """
 
-    def __init__(self, generation: Mapping[str, ASGIApp], **kwargs: Any) -> None:
+    def __init__(self, generation: Mapping[str, ASGIApp], cors: CorsConfig, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._generation = generation
+        # Browsers' origins are checked before anything else (gateway/cors.py).
+        self._entry = CorsLayer(self._dispatch, cors)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._entry(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self._generation.get(scope["path"])
             if endpoint is not None:

@@ -32,8 +32,10 @@ from steadystream._exceptions import ConfigError, SpecError
 from steadystream._validation import Duration, describe_errors
 
 __all__ = [
+    "CorsConfig",
     "FailoverConfig",
     "GatewayConfig",
+    "GlassConfig",
     "LimitsConfig",
     "PacingConfig",
     "RecordingConfig",
@@ -323,6 +325,63 @@ class LimitsConfig(_Section):
     pacer_low_watermark: int = Field(20, ge=0, description="tokens at which reading resumes")
 
 
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
+_CORS_METHODS = frozenset({"GET", "POST", "OPTIONS"})
+
+
+class CorsConfig(_Section):
+    """Which pages on other origins may call the gateway from a browser (docs/gateway.md)."""
+
+    allow_origins: tuple[str, ...] = Field(
+        (), description="origins such as https://app.example.com, or * (none: CORS off)"
+    )
+    allow_methods: tuple[str, ...] = Field(("GET", "POST"), description="methods they may use")
+    allow_headers: tuple[str, ...] = Field(
+        ("authorization", "content-type", "x-request-id"),
+        description="request headers they may send",
+    )
+    expose_headers: tuple[str, ...] = Field(
+        ("x-request-id",), description="response headers their scripts may read"
+    )
+    allow_credentials: bool = Field(False, description="let them send cookies (not with *)")
+    max_age: int = Field(600, ge=0, le=86_400, description="seconds a preflight is cached")
+    refuse_other_origins: bool = Field(
+        True, description="403 for a request from an origin not allowed, before any upstream work"
+    )
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin != "*" and not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin (scheme://host[:port], no path) or *"
+                )
+        return value
+
+    @field_validator("allow_methods")
+    @classmethod
+    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for method in value:
+            if method not in _CORS_METHODS:
+                raise ValueError(f"{method!r}: accepted: {', '.join(sorted(_CORS_METHODS))}")
+        return value
+
+    @model_validator(mode="after")
+    def _no_credentials_with_any(self) -> CorsConfig:
+        if self.allow_credentials and "*" in self.allow_origins:
+            raise ValueError("allow_credentials cannot be used with the origin *")
+        return self
+
+
+class GlassConfig(_Section):
+    """Timelines posted by pages' glass probes (docs/glass.md), appended to the recording."""
+
+    accept: bool = Field(False, description="take posts at /steadystream/glass")
+    max_body_bytes: Size = Field(1_048_576, ge=1024, description="larger posts get 413")
+    max_events: int = Field(20_000, ge=1, description="arrivals or frames per post")
+
+
 class GatewayConfig(_Section):
     """The whole configuration file."""
 
@@ -336,6 +395,8 @@ class GatewayConfig(_Section):
     pacing: PacingConfig = PacingConfig()
     recording: RecordingConfig = RecordingConfig()
     limits: LimitsConfig = LimitsConfig()
+    cors: CorsConfig = CorsConfig()
+    glass: GlassConfig = GlassConfig()
 
     @model_validator(mode="after")
     def _unique_names(self) -> GatewayConfig:

@@ -13,13 +13,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-import orjson
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from steadystream._api_errors import json_response
 from steadystream._clock import Clock
 from steadystream._exceptions import SpecError
 from steadystream.lab.api import (
@@ -94,12 +94,8 @@ def create_app(
     return app
 
 
-def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
 async def _health(request: Request) -> Response:
-    return _json({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 def _generation(state: LabState, *, chat: bool) -> _Endpoint:
@@ -208,7 +204,7 @@ def _models(state: LabState) -> _Endpoint:
             {"id": name, "object": "model", "created": created, "owned_by": "steadystream-lab"}
             for name in state.engine.scenario.server.models
         ]
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     return endpoint
 
@@ -224,7 +220,7 @@ def _metrics(state: LabState) -> _Endpoint:
 
 def _request_ids(state: LabState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
-        return _json({"request_ids": state.engine.truths.ids()})
+        return json_response({"request_ids": state.engine.truths.ids()})
 
     return endpoint
 
@@ -237,6 +233,6 @@ def _truth(state: LabState) -> _Endpoint:
             return error_response(
                 404, f"no ground truth for request {request_id!r}", param="request_id"
             )
-        return _json(truth.to_json())
+        return json_response(truth.to_json())
 
     return endpoint

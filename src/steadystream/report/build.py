@@ -14,6 +14,7 @@ import steadystream.report.data as data
 from steadystream._units import format_duration
 from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.findings import find
+from steadystream.glass.edges import compare_edges, rendered_view
 from steadystream.metrics import (
     FleetMetrics,
     MetricConfig,
@@ -23,6 +24,7 @@ from steadystream.metrics import (
     worst_streams,
 )
 from steadystream.report.cards import headline_cards
+from steadystream.report.edges import edges_table
 from steadystream.report.model import Chart, Report, ReportFinding, WhatIfTable
 from steadystream.report.stall_causes import add_causes
 from steadystream.report.stall_map import stall_map
@@ -74,6 +76,13 @@ def build_report(
     ``engine`` (metrics scraped during the run) sharpens the cause given to each stall.
     """
     cfg = config or MetricConfig()
+    edges = compare_edges(timelines, cfg)
+    base_edges = None if baseline is None else compare_edges(baseline, cfg)
+    timelines, view_note = rendered_view(timelines)
+    if baseline is not None:
+        baseline, _ = rendered_view(baseline)
+    if view_note is not None:
+        notes = [*notes, f"Note: {view_note}."]
     table = stream_table(timelines, cfg)
     fleet = fleet_metrics(table, cfg)
     base_table = None if baseline is None else stream_table(baseline, cfg)
@@ -99,6 +108,7 @@ def build_report(
         fleet=fleet,
         baseline=base_fleet,
         whatif=None if whatif is None else _whatif_table(whatif),
+        edges=None if edges is None else edges_table(edges, base_edges),
     )
 
 

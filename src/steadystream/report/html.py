@@ -85,6 +85,7 @@ def render_html(report: Report) -> str:
         *(_card(card, compare=report.baseline is not None) for card in report.cards),
         "</div>",
         _findings(report.findings),
+        _edges(report.edges) if report.edges is not None else "",
         *(_chart(chart, report.findings) for chart in report.charts),
         _whatif(report.whatif) if report.whatif is not None else "",
         f"<footer>Made with steadystream {_e(__version__)}. Every metric is defined in"
@@ -151,12 +152,20 @@ def _chart(chart: Chart, findings: list[ReportFinding]) -> str:
 
 
 def _whatif(table: WhatIfTable) -> str:
+    return _table(table, "whatif", "What if the streams were paced")
+
+
+def _edges(table: WhatIfTable) -> str:
+    return _table(table, "edges", "Client and glass edges: what the browser added")
+
+
+def _table(table: WhatIfTable, section_id: str, title: str) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in table.rows
     )
     return (
-        '<section class="panel" id="whatif"><h2>What if the streams were paced</h2>'
+        f'<section class="panel" id="{section_id}"><h2>{_e(title)}</h2>'
         f'<p class="subtitle">{_e(table.note)}</p>'
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>"
     )

@@ -51,6 +51,7 @@ class Report:
     fleet: FleetMetrics
     baseline: FleetMetrics | None = None
     whatif: WhatIfTable | None = None
+    edges: WhatIfTable | None = None  # a page's client and glass edges side by side (same shape)
 
     def chart(self, chart_id: str) -> Chart:
         for chart in self.charts:

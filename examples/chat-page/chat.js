@@ -1,0 +1,176 @@
+/* A minimal chat page with two renderers, measured at the glass by the steadystream probe.
+ *
+ *   naive:  every token is appended the moment the reader yields it, so the screen shows
+ *           the network's rhythm: bursts land in one frame, stalls show as freezes.
+ *   smooth: tokens go into a buffer and are revealed one at a time at a steady pace, at
+ *           most every ~33 ms, faster when the buffer holds more than the start-up hold
+ *           (250 ms) so it never falls far behind. The hold fills the buffer: jitter and
+ *           stalls shorter than it vanish at the glass, at the price of a later first token.
+ *
+ * Query: ?api=ORIGIN (default: this page's origin) &renderer=naive|smooth &model=NAME
+ *        &hold=MS (smooth's start-up hold and buffer target, default 250)
+ *        &tick=MS (smooth's slowest reveal interval, default 33)
+ * For the glass harness the page exposes window.steadystreamAsk({prompt, requestId}),
+ * which resolves once the probe's report is posted.
+ */
+(function () {
+  "use strict";
+  var params = new URLSearchParams(location.search);
+  var api = (params.get("api") || location.origin).replace(/\/+$/, "");
+  var rendererName = params.get("renderer") === "smooth" ? "smooth" : "naive";
+  var model = params.get("model") || "replay";
+  var holdMs = Number(params.get("hold") || 250);
+  var tickMs = Number(params.get("tick") || 33);
+  var answer = document.getElementById("answer");
+  var status = document.getElementById("status");
+  document.getElementById("renderer-name").textContent = "(" + rendererName + " renderer)";
+
+  function naive(probe) {
+    return {
+      push: function (text) {
+        answer.append(text);
+        probe.shown(1);
+      },
+      end: function () { return Promise.resolve(); },
+    };
+  }
+
+  function smooth(probe) {
+    // Tokens wait in a buffer and are revealed one at a time, on animation frames, at most
+    // every `tick` ms (33 ms: 30 tokens/s); when the buffer holds more than `hold` ms of
+    // reveals, the interval shrinks to hold / buffered, so the buffer settles near `hold`
+    // whatever the stream's rate and the reveal never falls far behind.
+    var queue = [];
+    var started = false;
+    var ended = false;
+    var nextAt = 0;
+    var done;
+    var finished = new Promise(function (resolve) { done = resolve; });
+    function frame(now) {
+      if (queue.length === 0) {
+        nextAt = Math.max(nextAt, now);  // an empty buffer banks no reveals for later
+        if (ended) { done(); return; }
+      }
+      var n = 0;
+      while (n < queue.length && now >= nextAt) {
+        nextAt += Math.min(tickMs, Math.max(1, holdMs / (queue.length - n)));
+        n += 1;
+      }
+      if (n > 0) {
+        answer.append(queue.splice(0, n).join(""));
+        probe.shown(n);
+      }
+      requestAnimationFrame(frame);
+    }
+    function start() {
+      if (started) return;
+      started = true;
+      nextAt = performance.now();
+      requestAnimationFrame(frame);
+    }
+    return {
+      push: function (text) {
+        queue.push(text);
+        if (!started && queue.length === 1) setTimeout(start, holdMs);
+      },
+      end: function () {
+        ended = true;
+        start();
+        return finished;
+      },
+    };
+  }
+
+  function loadProbe() {
+    return new Promise(function (resolve, reject) {
+      var script = document.createElement("script");
+      script.src = api + "/steadystream/glass.js";
+      script.onload = resolve;
+      script.onerror = function () { reject(new Error("no glass probe at " + script.src)); };
+      document.head.append(script);
+    });
+  }
+
+  /* Server-sent events, by the spec's line rules, from a fetch body. */
+  async function* sseData(body) {
+    var reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    var buffer = "";
+    var data = [];
+    for (;;) {
+      var read = await reader.read();
+      if (read.done) return;
+      buffer += read.value;
+      var lines = buffer.split(/\r\n|\r|\n/);
+      buffer = lines.pop();
+      for (var i = 0; i < lines.length; i++) {
+        var line = lines[i];
+        if (line === "") {
+          if (data.length) yield data.join("\n");
+          data = [];
+        } else if (line.startsWith("data:")) {
+          data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+        }
+      }
+    }
+  }
+
+  async function ask(options) {
+    var requestId = options.requestId || "page-" + Date.now();
+    answer.textContent = "";
+    var probe = SteadystreamGlass.start({
+      streamId: requestId,
+      report: api + "/steadystream/glass",
+      labels: { renderer: rendererName },
+      headers: options.headers || {},
+    });
+    var renderer = rendererName === "smooth" ? smooth(probe) : naive(probe);
+    var outcome = "truncated";
+    var tokens = 0;
+    try {
+      var response = await fetch(api + "/v1/chat/completions", {
+        method: "POST",
+        headers: Object.assign(
+          { "content-type": "application/json", "x-request-id": requestId },
+          options.headers || {}
+        ),
+        body: JSON.stringify({
+          model: model,
+          stream: true,
+          messages: [{ role: "user", content: options.prompt || "Hello" }],
+        }),
+      });
+      probe.firstByte();
+      if (!response.ok) throw new Error("HTTP " + response.status + ": " + (await response.text()));
+      for await (var data of sseData(response.body)) {
+        if (data === "[DONE]") { outcome = "complete"; break; }
+        var chunk = JSON.parse(data);
+        if (chunk.error) { outcome = "error"; break; }
+        var choice = chunk.choices && chunk.choices[0];
+        var text = choice && choice.delta && choice.delta.content;
+        if (text) {
+          probe.arrived(1);
+          tokens += 1;
+          renderer.push(text);
+        }
+      }
+    } catch (error) {
+      outcome = "error";
+      status.textContent = String(error);
+    }
+    await renderer.end();
+    await probe.finish(outcome);
+    status.textContent = tokens + " tokens, " + outcome;
+    return { tokens: tokens, outcome: outcome };
+  }
+
+  window.steadystreamAsk = null;
+  loadProbe().then(function () {
+    window.steadystreamAsk = ask;
+    status.textContent = "ready (" + api + ")";
+  }, function (error) { status.textContent = String(error); });
+
+  document.getElementById("ask").addEventListener("submit", function (event) {
+    event.preventDefault();
+    if (window.steadystreamAsk) window.steadystreamAsk({ prompt: document.getElementById("prompt").value });
+  });
+})();

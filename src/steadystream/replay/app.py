@@ -1,0 +1,226 @@
+"""The replay's HTTP face: an OpenAI-compatible Starlette app that plays recorded streams.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not, any
+model name), ``GET /v1/models``, ``GET /replay/streams`` (the recorded ids),
+``GET /replay/requests`` and ``GET /replay/requests/{id}`` (what each request was played
+and what was injected: the lab's ground-truth shape, plus ``source_stream`` and
+``injected``), ``GET /healthz``, and the glass probe (``/steadystream/glass.js``, and
+``/steadystream/glass``, whose reports are kept in memory for the glass harness).
+
+Which recording a request gets: the one named by its ``X-Replay-Stream`` header, else the
+next in turn. The replay serves pages on other origins (it holds no secret and is meant for
+loopback): every origin may call it, with any header.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from steadystream._api_errors import ApiError, error_response, json_response, read_body
+from steadystream._clock import Clock, MonotonicClock
+from steadystream.glass.intake import GlassLimits
+from steadystream.glass.routes import glass_routes
+from steadystream.lab.api import ChatRequest, CompletionRequest, parse_body
+from steadystream.lab.truth import RequestTruth, TruthStore
+from steadystream.lab.wire import SseFormat
+from steadystream.replay.inject import Injection, inject
+from steadystream.replay.response import ReplayResponse
+from steadystream.replay.source import RecordedStreams, plan_of
+from steadystream.timeline import Timeline
+
+__all__ = ["STREAM_HEADER", "ReplayState", "create_app"]
+
+STREAM_HEADER = "X-Replay-Stream"
+_Endpoint = Callable[[Request], Awaitable[Response]]
+_MAX_BODY = 1_048_576
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_KEEP_TRUTHS = 10_000
+_KEEP_GLASS = 20_000
+_DEFAULT_STALL_LIMIT_NS = 300_000_000_000
+
+
+@dataclass(eq=False)
+class ReplayState:
+    """What the routes share."""
+
+    streams: RecordedStreams
+    injections: tuple[Injection, ...]
+    seed: int
+    clock: Clock
+    stall_limit_ns: int
+    truths: TruthStore = field(default_factory=lambda: TruthStore(_KEEP_TRUTHS))
+    sources: dict[str, tuple[str, list[dict[str, object]]]] = field(default_factory=dict)
+    glass: deque[Timeline] = field(default_factory=lambda: deque(maxlen=_KEEP_GLASS))
+    ordinals: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def next_stream(self, ordinal: int) -> Timeline:
+        return self.streams.streams[ordinal % len(self.streams)]
+
+
+def create_app(
+    timelines: Sequence[Timeline],
+    *,
+    injections: Sequence[Injection] = (),
+    seed: int = 0,
+    where: str | None = None,
+    only: Sequence[str] = (),
+    clock: Clock | None = None,
+    stall_limit_ns: int = _DEFAULT_STALL_LIMIT_NS,
+) -> Starlette:
+    """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play."""
+    state = ReplayState(
+        streams=RecordedStreams.choose(timelines, where, only),
+        injections=tuple(injections),
+        seed=seed,
+        clock=clock if clock is not None else MonotonicClock(),
+        stall_limit_ns=stall_limit_ns,
+    )
+    routes = [
+        Route("/v1/chat/completions", _generation(state, chat=True), methods=["POST"]),
+        Route("/v1/completions", _generation(state, chat=False), methods=["POST"]),
+        Route("/v1/models", _models, methods=["GET"]),
+        Route("/replay/streams", _stream_ids(state), methods=["GET"]),
+        Route("/replay/requests", _request_ids(state), methods=["GET"]),
+        Route("/replay/requests/{request_id:path}", _truth(state), methods=["GET"]),
+        Route("/healthz", _health, methods=["GET"]),
+        *glass_routes(state.glass.extend, GlassLimits()),
+    ]
+    cors = Middleware(
+        CORSMiddleware,
+        allow_origins=["*"],
+        allow_methods=["GET", "POST"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id"],
+        max_age=600,
+    )
+    app = Starlette(routes=routes, middleware=[cors])
+    app.state.replay = state
+    return app
+
+
+async def _health(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def _models(request: Request) -> Response:
+    data = [
+        {
+            "id": "replay",
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "steadystream-replay",
+        }
+    ]
+    return json_response({"object": "list", "data": data})
+
+
+def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
+    body_model: type[ChatRequest | CompletionRequest] = ChatRequest if chat else CompletionRequest
+
+    async def endpoint(request: Request) -> Response:
+        arrival = state.clock.now_ns()
+        request_id = _request_id(state, request.headers.get("x-request-id"))
+        headers = {"x-request-id": request_id}
+        try:
+            body = parse_body(await read_body(request, _MAX_BODY), body_model)
+            chosen = request.headers.get(STREAM_HEADER)
+            recorded: Timeline | None = None
+            if chosen is not None:
+                recorded = state.streams.by_id(chosen)
+                if recorded is None:
+                    raise ApiError(
+                        404,
+                        f"no recorded stream {chosen!r} (GET /replay/streams lists them)",
+                        param=STREAM_HEADER,
+                    )
+        except ApiError as exc:
+            return exc.response(headers)
+        ordinal = next(state.ordinals)
+        if recorded is None:
+            recorded = state.next_stream(ordinal)
+        # One generator per request, from (seed, ordinal): the same order, the same draws.
+        rng = np.random.default_rng((state.seed, ordinal))
+        plan = inject(plan_of(recorded, rng), state.injections, rng)
+        truth = RequestTruth(
+            request_id=request_id,
+            model=body.model,
+            endpoint="chat" if chat else "completions",
+            stream=body.stream,
+            ordinal=ordinal,
+            arrival_ns=arrival,
+            prompt_tokens=body.prompt_tokens(0),
+            target_tokens=plan.total_tokens,
+            fault=",".join(i.spec for i in state.injections),
+        )
+        state.truths.add(truth)
+        state.sources[request_id] = (recorded.stream_id, plan.applied)
+        while len(state.sources) > _KEEP_TRUTHS:
+            del state.sources[next(iter(state.sources))]
+        wire = SseFormat(
+            chat=chat,
+            completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
+            model=body.model,
+            created=int(time.time()),
+            include_usage=body.include_usage,
+        )
+        return ReplayResponse(
+            plan, truth, wire, state.clock, stream=body.stream, stall_limit_ns=state.stall_limit_ns
+        )
+
+    return endpoint
+
+
+def _request_id(state: ReplayState, given: str | None) -> str:
+    if not given or not _REQUEST_ID.match(given):
+        while (candidate := f"replay-{next(state.ids):06d}") in state.truths:
+            pass
+        return candidate
+    if given not in state.truths:
+        return given
+    for n in itertools.count(2):
+        if (candidate := f"{given}.{n}") not in state.truths:
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def _stream_ids(state: ReplayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        ids = [t.stream_id for t in state.streams.streams]
+        return json_response({"where": state.streams.where.value, "stream_ids": ids})
+
+    return endpoint
+
+
+def _request_ids(state: ReplayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return json_response({"request_ids": state.truths.ids()})
+
+    return endpoint
+
+
+def _truth(state: ReplayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        request_id = request.path_params["request_id"]
+        truth = state.truths.get(request_id)
+        if truth is None:
+            return error_response(
+                404, f"no ground truth for request {request_id!r}", param="request_id"
+            )
+        source, applied = state.sources.get(request_id, ("", []))
+        return json_response({**truth.to_json(), "source_stream": source, "injected": applied})
+
+    return endpoint

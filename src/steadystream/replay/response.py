@@ -1,0 +1,199 @@
+"""Writing one plan to the client on its recorded schedule, and noticing when it leaves.
+
+Each event is written at the request's arrival plus its planned offset, on the injected
+clock; events already due when the writer wakes go out together, as a server that fell
+behind would send them. The writer races the client's disconnect (the gateway's
+:func:`~steadystream.gateway.disconnect.run_until_disconnect`). Every
+write is stamped into the request's ground truth (:class:`RequestTruth`, the lab's record),
+with the injected delay of each gap as its causes.
+
+A stall waits for the client to leave, at most ``stall_limit_ns``: then the body ends with no
+finish and no ``[DONE]``, as a truncation does at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from steadystream._clock import Clock
+from steadystream._types import EventKind
+from steadystream.gateway.disconnect import run_until_disconnect
+from steadystream.lab.truth import RequestTruth
+from steadystream.lab.wire import SseFormat
+from steadystream.protocol.openai import error_payload
+from steadystream.replay.inject import Plan
+
+__all__ = ["ReplayResponse"]
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class ReplayResponse(Response):
+    """The answer to one request, played from its plan, streamed or whole."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        truth: RequestTruth,
+        wire: SseFormat,
+        clock: Clock,
+        *,
+        stream: bool,
+        stall_limit_ns: int,
+    ) -> None:
+        # Response.__init__ is not called: this response writes its own body.
+        self.status_code = 200
+        self.background = None
+        self._plan = plan
+        self._truth = truth
+        self._wire = wire
+        self._clock = clock
+        self._stream = stream
+        self._stall_limit_ns = stall_limit_ns
+        self._extra_headers = [(b"x-request-id", truth.request_id.encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        truth = self._truth
+        noticed = await run_until_disconnect(
+            self._write(send), receive, self._clock, answered=lambda: truth.stream_done
+        )
+        if noticed is not None:
+            self._finish(noticed, "cancelled")
+            truth.disconnect_noticed_ns = noticed
+
+    def _finish(self, now: int, reason: str) -> None:
+        truth = self._truth
+        if truth.stream_done:
+            return
+        truth.finish_reason = reason
+        truth.finished_ns = truth.end_ns = now
+        truth.stream_done = truth.engine_done = True
+
+    def _mark_content(self, index: int, written_ns: int, wire_bytes: int) -> None:
+        """Record content event ``index`` of the plan as written, with its injected causes."""
+        plan = self._plan
+        extra = plan.extra[index]
+        ordered = tuple(sorted(extra, key=lambda cause: -extra[cause]))
+        self._truth.add_event(
+            EventKind.CONTENT,
+            self._truth.arrival_ns + plan.times[index],
+            written_ns,
+            plan.tokens[index],
+            wire_bytes,
+            plan.texts[index],
+            ordered,
+            {cause.value: extra[cause] for cause in ordered} if extra else None,
+        )
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    async def _write(self, send: Send) -> None:
+        if not self._stream:
+            await self._write_whole(send)
+            return
+        plan, truth, wire, clock = self._plan, self._truth, self._wire, self._clock
+        arrival = truth.arrival_ns
+        await clock.sleep_until(arrival + plan.role_ns)
+        start = {"type": "http.response.start", "status": 200}
+        await send({**start, "headers": [*_SSE_HEADERS, *self._extra_headers]})
+        if wire.chat:
+            role = wire.role()
+            await send({"type": "http.response.body", "body": role, "more_body": True})
+            truth.add_event(EventKind.ROLE, arrival + plan.role_ns, clock.now_ns(), 0, len(role))
+        i, sent = 0, plan.sent
+        while i < sent:
+            await clock.sleep_until(arrival + plan.times[i])
+            now = clock.now_ns()
+            due = i + 1
+            while due < sent and arrival + plan.times[due] <= now:
+                due += 1
+            pieces = [wire.content(plan.texts[k]) for k in range(i, due)]
+            await send({"type": "http.response.body", "body": b"".join(pieces), "more_body": True})
+            written = clock.now_ns()
+            for k, data in zip(range(i, due), pieces, strict=True):
+                self._mark_content(k, written, len(data))
+            if truth.first_token_ns is None:
+                truth.first_token_ns = written
+            truth.tokens_generated = truth.tokens_written
+            i = due
+        if plan.cut is None:
+            await clock.sleep_until(arrival + plan.end_ns)
+            tail = [(EventKind.EMPTY, wire.finish("stop"))]
+            if wire.include_usage:
+                usage = wire.usage(truth.prompt_tokens, truth.tokens_written)
+                tail.append((EventKind.USAGE, usage))
+            body = b"".join(data for _, data in tail) + wire.done()
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            now = clock.now_ns()
+            for kind, data in tail:
+                truth.add_event(kind, arrival + plan.end_ns, now, 0, len(data))
+            self._finish(now, "stop")
+            return
+        if plan.cut == "stall":
+            # Nothing more until the client leaves (the listener wins the race) or the deadline.
+            await clock.sleep_until(clock.now_ns() + self._stall_limit_ns)
+        else:
+            cut_at = (
+                plan.times[plan.cut_at]
+                if plan.cut_at is not None and plan.cut_at < len(plan.times)
+                else plan.end_ns
+            )
+            await clock.sleep_until(arrival + cut_at)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self._finish(clock.now_ns(), "reset")
+
+    # -- whole responses ------------------------------------------------------------------------
+
+    async def _write_whole(self, send: Send) -> None:
+        plan, truth, wire, clock = self._plan, self._truth, self._wire, self._clock
+        arrival = truth.arrival_ns
+        status = 200
+        if plan.cut == "stall":
+            await clock.sleep_until(clock.now_ns() + self._stall_limit_ns)
+            status, message = 504, f"replay: stalled ({self._spec_of('stall')})"
+        elif plan.cut == "truncate":
+            cut_ns = (
+                plan.times[plan.cut_at]
+                if plan.cut_at is not None and plan.cut_at < len(plan.times)
+                else plan.end_ns
+            )
+            await clock.sleep_until(arrival + cut_ns)
+            status, message = 502, f"replay: cut off ({self._spec_of('truncate')})"
+        else:
+            await clock.sleep_until(arrival + plan.end_ns)
+        now = clock.now_ns()
+        sent = plan.sent
+        for k in range(sent):
+            self._mark_content(k, now, 0)
+        if sent:
+            truth.first_token_ns = now
+        truth.tokens_generated = truth.tokens_written
+        body: dict[str, Any]
+        if status == 200:
+            text = "".join(plan.texts[:sent])
+            body = wire.whole(text, "stop", truth.prompt_tokens, truth.tokens_written)
+        else:
+            body = error_payload(message, type="server_error", code=status)
+        data = orjson.dumps(body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+            *self._extra_headers,
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        self._finish(clock.now_ns(), "stop" if status == 200 else "reset")
+
+    def _spec_of(self, kind: str) -> str:
+        for record in self._plan.applied:
+            if str(record["spec"]).startswith(kind):
+                return str(record["spec"])
+        return kind

@@ -1,0 +1,49 @@
+"""`steadystream replay` and `steadystream glass` refuse bad input before serving anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from steadystream.cli import _register, app
+from steadystream.files import write_timelines
+from tests.conftest import make_timeline
+from tests.report.conftest import SAMPLE_RUN
+
+_register()
+
+
+def test_replay_names_the_bad_part_of_a_bad_injection() -> None:
+    result = CliRunner().invoke(
+        app, ["replay", str(SAMPLE_RUN), "--inject", "pause:2s@50%", "--inject", "pause:2q@50%"]
+    )
+    assert result.exit_code == 2
+    assert "pause:2q@50%" in result.output
+    assert "'2q'" in result.output
+
+
+def test_replay_refuses_a_run_with_nothing_to_play(tmp_path: Path) -> None:
+    empty = tmp_path / "roles.jsonl"
+    write_timelines(empty, [make_timeline([], stream_id="no-text")])
+    result = CliRunner().invoke(app, ["replay", str(empty)])
+    assert result.exit_code == 2
+    assert "no text event" in result.output
+    result = CliRunner().invoke(app, ["replay", str(SAMPLE_RUN), "--where", "lab"])
+    assert result.exit_code == 2
+    assert "no 'lab' timelines" in result.output
+
+
+def test_glass_without_chromium_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STEADYSTREAM_CHROMIUM", str(tmp_path / "no-such-browser"))
+    page = tmp_path / "page.html"
+    page.write_text("<!doctype html>")
+    result = CliRunner().invoke(
+        app, ["glass", str(page), "--replay", str(SAMPLE_RUN), "-o", str(tmp_path / "g.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "apt-get install chromium" in result.output
+    assert not (tmp_path / "g.jsonl").exists()
