@@ -27,10 +27,9 @@ from steadystream.protocol import SseDecoder, SseEvent
 
 __all__ = ["PIECE", "ClientResult", "KeyScanner", "Target", "key_pieces", "run_stream"]
 
-# Receive buffers (and asyncio's read buffer) of the readers that push back. A stuck reader's
-# is tiny, so the gateway's buffers fill soon. A slow reader's is 16 KiB: with 4 KiB, loopback
-# TCP (64 KiB segments) moves its bytes in bursts seconds apart, and a gateway that watches
-# its unsent bytes sees no drain for seconds although the reader reads 3 KB every second.
+# Receive buffers of the readers that push back. A stuck reader's is tiny, so the gateway's
+# buffers fill soon. A slow reader's is 16 KiB, read 512 bytes at a time (_read_slowly): with
+# 4 KiB, loopback TCP (64 KiB segments) moved its bytes in bursts seconds apart.
 _RCVBUF = {"stuck": 4096, "slow": 16384}
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
@@ -202,6 +201,11 @@ async def run_stream(plan: StreamPlan, target: Target) -> ClientResult:
     try:
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(loop.sock_connect(sock, (target.host, target.port)), 10)
+        if reader == "slow":
+            result.sent_at = time.time()
+            await loop.sock_sendall(sock, stream.request())
+            await asyncio.wait_for(_read_slowly(stream, sock), timeout=target.stream_deadline_s)
+            return result
         stream_reader, writer = await asyncio.open_connection(sock=sock, limit=rcvbuf or 1 << 16)
         result.sent_at = time.time()
         writer.write(stream.request())
@@ -225,6 +229,20 @@ async def run_stream(plan: StreamPlan, target: Target) -> ClientResult:
     return result
 
 
+async def _read_slowly(stream: _Stream, sock: socket.socket) -> None:
+    """512 bytes at a time straight from the socket, at the slow rate.
+
+    No library buffer in between: one would take the kernel's whole receive buffer at once and
+    then leave the socket alone for seconds, so the bytes would cross the wire in gulps far
+    apart (a client that drains nothing for that long, as the gateway sees it).
+    """
+    loop = asyncio.get_running_loop()
+    while data := await loop.sock_recv(sock, 512):
+        stream.take(data)
+        await asyncio.sleep(len(data) / stream.target.slow_bytes_per_s)
+    stream.result.ended = "eof"
+
+
 async def _read(
     stream: _Stream,
     reader: asyncio.StreamReader,
@@ -238,15 +256,12 @@ async def _read(
         _leave(stream, writer, sock)
         return
     stuck_from: int | None = 1 if kind == "stuck" else None
-    size = 512 if kind == "slow" else 1 << 16
     while True:
-        data = await reader.read(size)
+        data = await reader.read(1 << 16)
         if not data:
             result.ended = "eof"
             return
         stream.take(data)
-        if kind == "slow":
-            await asyncio.sleep(len(data) / stream.target.slow_bytes_per_s)
         if kind == "disconnect" and result.content_events >= (plan.disconnect_after or 0):
             if result.status is None or result.done:
                 continue
@@ -256,7 +271,6 @@ async def _read(
             # Stop reading: the gateway must notice, cut this client and free the upstream.
             stuck_from = None
             await asyncio.sleep(stream.target.stuck_hold_s)
-            size = 1 << 16
 
 
 def _leave(stream: _Stream, writer: asyncio.StreamWriter, sock: socket.socket) -> None:
