@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from steadystream._exceptions import ConfigError, SpecError
+from steadystream._units import parse_size
 from steadystream._validation import Duration, describe_errors
 
 __all__ = [
@@ -49,17 +50,6 @@ __all__ = [
     "load_config",
 ]
 
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_SIZE_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 1000,
-    "KiB": 1024,
-    "MB": 1000**2,
-    "MiB": 1024**2,
-    "GB": 1000**3,
-    "GiB": 1024**3,
-}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # Headers the gateway owns on its upstream requests. Framing ones (a Content-Length that is
 # not the body's lets the rest of the body be read as the next request on a pooled
@@ -86,8 +76,11 @@ _OWNED_HEADERS = frozenset(
 def _size(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and (match := _SIZE.match(value)):
-        return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except SpecError:
+            pass
     raise ValueError("a size is a byte count or a string like 64KiB or 1MiB")
 
 
