@@ -1,0 +1,85 @@
+"""bench on Ray: two actors share one schedule against the lab (a local Ray of 2 CPUs)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steadystream import Outcome, SpecError
+from steadystream.bench import CancelPoint, CancelPolicy, Endpoint, OpenLoop, RunOptions, Workload
+from steadystream.bench.distributed import RayBench
+from steadystream.bench.schedule import ClosedLoop
+from steadystream.bench.worker import BenchSettings
+from steadystream.bench.workload import builtin_prompts
+from steadystream.files import JsonlWriter, read_jsonl
+from steadystream.lab import LabServer
+
+
+def settings(lab: LabServer) -> BenchSettings:
+    return BenchSettings(
+        Endpoint(lab.base_url, "lab"),
+        Workload(builtin_prompts(), max_tokens=12, seed=3),
+        labels={"route": "chat"},
+    )
+
+
+@pytest.mark.asyncio
+async def test_two_workers_send_the_one_schedule_into_one_file(
+    lab: LabServer, ray_local: Any, tmp_path: Path
+) -> None:
+    output = tmp_path / "run.jsonl"
+    options = RunOptions(
+        max_requests=16, cancel=CancelPolicy(0.25, CancelPoint.parse("3tok"), seed=3)
+    )
+    with JsonlWriter(output) as writer:
+        async with RayBench(settings(lab), workers=2) as bench:
+            assert await bench.warm_up(1) == 2  # one per worker, on its own connections
+            runner = bench.prepare(OpenLoop(rate=40.0, seed=3), options, sink=writer.write)
+            result = await runner.run()
+            assert len(set(bench.where)) == 2  # two processes
+
+    # Every request of the one schedule, once, with the ids and labels one process gives.
+    indices = sorted(t.meta["request_index"] for t in result.timelines)
+    assert indices == list(range(16))
+    ids = {t.stream_id for t in result.timelines}
+    assert ids == {f"{options.run_id}-{i:06d}" for i in range(16)}
+    assert all(t.labels["route"] == "chat" for t in result.timelines)
+    # The cancellation policy picks the same requests by their global index.
+    policy = options.cancel
+    assert policy is not None
+    cancelled = {
+        t.meta["request_index"] for t in result.timelines if t.outcome is Outcome.CANCELLED
+    }
+    assert cancelled == {i for i in range(16) if policy.for_request(i) is not None}
+    # One file, every stream; one progress; each worker's self-check named.
+    assert sorted(t.stream_id for t in read_jsonl(output).timelines) == sorted(ids)
+    assert result.progress.sent == result.progress.finished == 16
+    workers = [n for n in result.notes if n.startswith("worker ")]
+    assert [n.split(" (")[0] for n in workers] == ["worker 1 of 2", "worker 2 of 2"]
+    assert all(": 8 streams;" in n for n in workers)
+    assert result.schedule.endswith("over 2 Ray workers")
+    assert result.schedule_lag.samples == 16
+    # Arrivals on the one global schedule: request i was due at the i-th global offset.
+    assert Counter(t.meta["request_index"] % 2 for t in result.timelines) == {0: 8, 1: 8}
+
+
+@pytest.mark.asyncio
+async def test_stop_and_interrupt_reach_every_worker(lab: LabServer, ray_local: Any) -> None:
+    async with RayBench(settings(lab), workers=2) as bench:
+        with pytest.raises(SpecError, match="--workers 2 is more than --concurrency 1"):
+            await bench.run(ClosedLoop(1), RunOptions(max_requests=4))
+        runner = bench.prepare(ClosedLoop(2), RunOptions(duration_ns=60_000_000_000))
+        task = asyncio.create_task(runner.run())
+        while runner.progress.finished < 4:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        result = runner.result()
+    assert result.interrupted
+    assert result.progress.in_flight == 0
+    assert Counter(t.outcome for t in result.timelines)[Outcome.CANCELLED] >= 1
