@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from steadystream import Outcome, SpecError
 from steadystream.bench import CancelPoint, CancelPolicy, Endpoint, OpenLoop, RunOptions, Workload
 from steadystream.bench.distributed import RayBench
 from steadystream.bench.schedule import ClosedLoop
-from steadystream.bench.worker import BenchSettings
+from steadystream.bench.session import BenchSettings
 from steadystream.bench.workload import builtin_prompts
+from steadystream.cli import _register, app
 from steadystream.files import JsonlWriter, read_jsonl
 from steadystream.lab import LabServer
 
@@ -83,3 +87,71 @@ async def test_stop_and_interrupt_reach_every_worker(lab: LabServer, ray_local: 
     assert result.interrupted
     assert result.progress.in_flight == 0
     assert Counter(t.outcome for t in result.timelines)[Outcome.CANCELLED] >= 1
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+cli = CliRunner()
+_register()
+
+
+def bench_args(lab: LabServer, out: Path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        lab.base_url,
+        "-m",
+        "lab",
+        "-o",
+        str(out),
+        "--no-live",
+        "--max-tokens",
+        "8",
+        *extra,
+    ]
+
+
+def test_cli_ray_run_and_sweep_record_one_file(
+    lab: LabServer, ray_local: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "run.jsonl"
+    result = cli.invoke(
+        app,
+        [
+            *bench_args(lab, out, "--ray", "--workers", "2"),
+            "--rate",
+            "30",
+            "--requests",
+            "6",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.output)
+    assert summary["fleet"]["streams"] == 6
+    assert sum(note.startswith("worker ") for note in summary["notes"]) == 2
+    assert len(read_jsonl(out).timelines) == 6
+
+    swept = tmp_path / "sweep.jsonl"
+    args = bench_args(lab, swept, "--ray", "--workers", "2", "--sweep", "concurrency=2,4")
+    result = cli.invoke(app, [*args, "--requests", "4", "--slo", "goodput>=0%", "--cooldown", "0s"])
+    assert result.exit_code == 0, result.output
+    assert "fluid capacity: 4" in " ".join(result.output.split())
+    loads = Counter(t.labels["load"] for t in read_jsonl(swept).timelines)
+    assert loads == {"concurrency=2": 4, "concurrency=4": 4}
+
+
+def test_cli_ray_options_are_checked_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run.jsonl"
+    result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--workers", "2"))
+    assert result.exit_code == 2
+    assert "--workers spreads a run over Ray actors: add --ray" in " ".join(result.output.split())
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--ray"))
+    assert result.exit_code == 2
+    assert "pip install 'steadystream[ray]'" in result.output
+
+
+def bench_args_for(url: str, out: Path, *extra: str) -> list[str]:
+    return ["bench", url, "-m", "lab", "-o", str(out), "--no-live", "--warmup", "0", *extra]

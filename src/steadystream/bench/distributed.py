@@ -37,7 +37,8 @@ from steadystream.bench.lag import lag_stats
 from steadystream.bench.progress import RunProgress
 from steadystream.bench.runner import RunOptions, RunResult
 from steadystream.bench.schedule import ClosedLoop, Schedule, Share, TraceSchedule, share_of
-from steadystream.bench.worker import BenchSettings, BenchWorker, WorkerPoll, WorkerReport
+from steadystream.bench.session import BenchSettings
+from steadystream.bench.worker import BenchWorker, WorkerPoll, WorkerReport
 from steadystream.timeline import Timeline
 
 __all__ = ["RayBench", "RayRunner"]
@@ -61,15 +62,16 @@ class RayBench:
         self,
         settings: BenchSettings,
         *,
-        workers: int,
+        workers: int | None = None,
         address: str | None = None,
         clock: Clock | None = None,
         poll_interval_ns: int = _POLL_NS,
     ) -> None:
-        if workers < 1:
+        if workers is not None and workers < 1:
             raise SpecError(f"--workers must be at least 1, got {workers}")
         self.settings = settings
-        self.workers = workers
+        self.workers_given = workers is not None
+        self.workers = workers or 1  # without --workers: the cluster's CPUs, once joined
         self.address = address
         self.clock = clock if clock is not None else MonotonicClock()
         self.poll_interval_ns = poll_interval_ns
@@ -82,6 +84,8 @@ class RayBench:
     async def __aenter__(self) -> RayBench:
         ray = self._stack.enter_context(_ray.connected(self.address))
         try:
+            if not self.workers_given:
+                self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
             actor = ray.remote(num_cpus=1)(BenchWorker)
             self._actors = [actor.remote(self.settings, w) for w in range(self.workers)]
             self.where = await self.call_all("open")
@@ -195,7 +199,7 @@ class RayRunner:
         If the task is cancelled (Ctrl-C), every worker cuts its streams in flight and
         records them as cancelled; those are collected, then the cancellation goes on.
         """
-        options, n = self.options, self.bench.workers
+        options, n = self.options, self._workers_for(self.schedule)
         unbounded = options.max_requests is None and options.duration_ns is None
         if unbounded and not isinstance(self.schedule, TraceSchedule):
             raise SpecError("a run needs --requests or --duration (a trace file ends by itself)")
@@ -239,6 +243,18 @@ class RayRunner:
             raise
         return self.result()
 
+    def _workers_for(self, schedule: Schedule) -> int:
+        """All the workers; without --workers, no more than the streams in flight allow."""
+        n = self.bench.workers
+        if not self.bench.workers_given:
+            limit = (
+                schedule.concurrency
+                if isinstance(schedule, ClosedLoop)
+                else schedule.max_concurrency
+            )
+            n = min(n, limit or n)
+        return n
+
     async def _poll(self) -> None:
         polls: list[WorkerPoll] = await self.bench.call_all("poll", actors=self._active)
         for w, poll in zip(self._active, polls, strict=True):
@@ -265,7 +281,7 @@ class RayRunner:
         notes: list[str] = []
         for report in reports:
             notes += [note for note in report.notes if note not in notes]
-        notes += [self._worker_line(r, timed) for r in reports]
+        notes += [self._worker_line(r, timed, len(self._active)) for r in reports]
         return RunResult(
             timelines=self.timelines,
             progress=self.progress,
@@ -279,7 +295,7 @@ class RayRunner:
             notes=notes,
         )
 
-    def _worker_line(self, report: WorkerReport, timed: bool) -> str:
+    def _worker_line(self, report: WorkerReport, timed: bool, workers: int) -> str:
         """One worker's own self-check, in words."""
         mine = self._per_worker[report.worker]
         health = client_health(
@@ -293,7 +309,7 @@ class RayRunner:
             "kept up" if health.kept_up else "did not keep up: " + "; ".join(health.problems())
         )
         return (
-            f"worker {report.worker + 1} of {self.bench.workers} ({report.host} pid {report.pid}):"
+            f"worker {report.worker + 1} of {workers} ({report.host} pid {report.pid}):"
             f" {len(mine)} streams; {health.lines()[0]}; {verdict}"
         )
 

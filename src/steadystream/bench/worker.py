@@ -20,34 +20,18 @@ import contextlib
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from steadystream._clock import MonotonicClock
-from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.runner import BenchRunner, RunOptions, RunResult
 from steadystream.bench.schedule import Schedule
-from steadystream.bench.session import Bench
-from steadystream.bench.workload import Workload
+from steadystream.bench.session import Bench, BenchSettings
 from steadystream.timeline import Timeline
 
-__all__ = ["BenchSettings", "BenchWorker", "WorkerPoll", "WorkerReport"]
-
-
-@dataclass(frozen=True, slots=True)
-class BenchSettings:
-    """What every worker's :class:`Bench` is built with (the CLI's options, as values)."""
-
-    endpoint: Endpoint
-    workload: Workload
-    keep_text: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
-    lab_truth: str = "auto"
-    read_timeout_s: float | None = 120.0
-    stall_threshold_ns: int = 400_000_000
-    ttft_target_ns: int = 800_000_000
+__all__ = ["BenchWorker", "WorkerPoll", "WorkerReport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +73,7 @@ class BenchWorker:
 
     async def open(self) -> str:
         """Open the HTTP session; returns where this worker runs (host and pid)."""
-        s = self.settings
-        self._bench = Bench(
-            s.endpoint,
-            s.workload,
-            clock=self.clock,
-            keep_text=s.keep_text,
-            labels=s.labels,
-            lab_truth=s.lab_truth,
-            read_timeout_s=s.read_timeout_s,
-            stall_threshold_ns=s.stall_threshold_ns,
-            ttft_target_ns=s.ttft_target_ns,
-        )
+        self._bench = self.settings.bench(self.clock)
         await self._bench.__aenter__()
         return f"{socket.gethostname()} pid {os.getpid()}"
 
