@@ -72,7 +72,9 @@ async def one_run(base_url: str, args: argparse.Namespace, workers: int) -> RunR
     options = RunOptions(max_requests=args.requests)
     if workers == 1:
         async with Bench(endpoint, workload) as bench:
-            await bench.warm_up(1)
+            # As many warm-up requests as the Ray run sends (one per worker): each one draws
+            # from the lab's seeded randomness, so both runs meet the lab in the same state.
+            await bench.warm_up(args.workers)
             return await bench.run(schedule, options)
     async with RayBench(BenchSettings(endpoint, workload), workers=workers) as ray_bench:
         await ray_bench.warm_up(1)
