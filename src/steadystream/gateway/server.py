@@ -66,7 +66,7 @@ def serve(
     if config.server.worker_count > 1:
         from steadystream.gateway.workers import serve_workers
 
-        serve_workers(config, sock, log_level=log_level, reload=reload)
+        serve_workers(config, sock, serve_on, log_level=log_level, reload=reload)
         return
     serve_on(create_app(config), config, sock, log_level)
 

@@ -48,9 +48,14 @@ _RESTART_EVERY_S = 1.0
 _TICK_S = 0.2
 
 
+ServeOn = Callable[..., None]
+"""How one worker serves its app on the socket (``steadystream.gateway.server.serve_on``)."""
+
+
 def serve_workers(
     config: GatewayConfig,
     sock: socket.socket,
+    serve_on: ServeOn,
     *,
     log_level: str = "info",
     reload: Callable[[], GatewayConfig] | None = None,
@@ -58,7 +63,7 @@ def serve_workers(
     """Run ``config.server.worker_count`` workers on ``sock`` until SIGTERM or SIGINT."""
     folder = Path(tempfile.mkdtemp(prefix="steadystream-gateway-metrics-"))
     try:
-        _Supervisor(config, sock, folder, log_level, reload).run()
+        _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
     finally:
         sock.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -72,8 +77,10 @@ class _Supervisor:
         folder: Path,
         log_level: str,
         reload: Callable[[], GatewayConfig] | None,
+        serve_on: ServeOn,
     ) -> None:
         self.config = config
+        self.serve_on = serve_on
         self.sock = sock
         self.folder = folder
         self.log_level = log_level
@@ -118,7 +125,7 @@ class _Supervisor:
         try:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
-            _worker(config, self.sock, self.folder, self.log_level)
+            _worker(config, self.sock, self.folder, self.log_level, self.serve_on)
         except BaseException:  # a child must never return into the parent's code
             traceback.print_exc()
             code = 1
@@ -158,10 +165,11 @@ class _Supervisor:
         _stop(workers, _STOP_GRACE_S)
 
 
-def _worker(config: GatewayConfig, sock: socket.socket, folder: Path, log_level: str) -> None:
+def _worker(
+    config: GatewayConfig, sock: socket.socket, folder: Path, log_level: str, serve_on: ServeOn
+) -> None:
     """One worker's life, in the forked child: its own app, event loop and metrics snapshot."""
     from steadystream.gateway.app import create_app
-    from steadystream.gateway.server import serve_on
 
     app = create_app(config)
     metrics = app.state.gateway.metrics
