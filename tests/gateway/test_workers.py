@@ -143,10 +143,12 @@ def test_two_workers_one_port_one_metrics_and_a_reload(tmp_path: Path) -> None:
     for pid in first | last:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    # One file per worker (its pid in the name), whole lines only: both edges of 14 streams.
+    # A file per worker that served a stream (its pid in the name; the kernel chooses which
+    # worker takes a connection), whole lines only: both edges of all 14 streams.
     files = sorted(recordings.glob("*.jsonl"))
-    assert len(files) == 4
-    assert {int(f.name.split("-")[2]) for f in files} == first | last
+    pids = [int(f.name.split("-")[2]) for f in files]
+    assert len(pids) == len(set(pids)) >= 2  # one before the reload and one after, at least
+    assert set(pids) <= first | last
     runs = [read_jsonl(f) for f in files]
     assert all(run.truncated_line is None for run in runs)
     assert sum(len(run.timelines) for run in runs) == 28
