@@ -35,12 +35,12 @@ def import_ray() -> Any:
 
 
 @contextmanager
-def connected(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
+def connected(address: str | None = None) -> Iterator[Any]:
     """Ray, connected for the duration of the block.
 
     ``address`` is the cluster to join (``ray://host:10001``, ``host:6379`` or ``auto``);
     without it Ray's own rule applies: the cluster in ``RAY_ADDRESS``, else a local Ray
-    started now (with ``num_cpus`` CPUs, default all) and stopped at the end.
+    started now (on all of this machine's CPUs) and stopped at the end.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -49,7 +49,6 @@ def connected(address: str | None = None, *, num_cpus: int | None = None) -> Ite
     try:
         ray.init(
             address=address,
-            num_cpus=num_cpus if address is None else None,
             include_dashboard=False,
             # Workers' own output would land in the middle of --json on stdout; their
             # errors come back as values or as Ray's exceptions instead.

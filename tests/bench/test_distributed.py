@@ -19,8 +19,10 @@ from steadystream.bench.schedule import ClosedLoop
 from steadystream.bench.session import BenchSettings
 from steadystream.bench.workload import builtin_prompts
 from steadystream.cli import _register, app
-from steadystream.files import JsonlWriter, read_jsonl
+from steadystream.files import JsonlWriter, read_jsonl, write_jsonl
 from steadystream.lab import LabServer
+
+from .test_gate import steady_run
 
 
 def settings(lab: LabServer) -> BenchSettings:
@@ -131,6 +133,16 @@ def test_cli_ray_run_and_sweep_record_one_file(
     assert sum(note.startswith("worker ") for note in summary["notes"]) == 2
     assert len(read_jsonl(out).timelines) == 6
 
+    # The gate judges the merged run as it judges one process's.
+    smooth = tmp_path / "smooth.jsonl"
+    write_jsonl(smooth, steady_run(gap_ms=1.0))  # far smoother than any real server
+    gate = ["--concurrency", "2", "--requests", "4", "--gate", str(smooth)]
+    gated = cli.invoke(
+        app, [*bench_args(lab, tmp_path / "g.jsonl", "--ray", "--workers", "2"), *gate]
+    )
+    assert gated.exit_code == 1, gated.output
+    assert "gate failed" in gated.output
+
     swept = tmp_path / "sweep.jsonl"
     args = bench_args(lab, swept, "--ray", "--workers", "2", "--sweep", "concurrency=2,4")
     result = cli.invoke(app, [*args, "--requests", "4", "--slo", "goodput>=0%", "--cooldown", "0s"])
@@ -147,6 +159,11 @@ def test_cli_ray_options_are_checked_before_anything_starts(
     result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--workers", "2"))
     assert result.exit_code == 2
     assert "--workers spreads a run over Ray actors: add --ray" in " ".join(result.output.split())
+    result = cli.invoke(
+        app, bench_args_for("http://127.0.0.1:9/v1", out, "--ray", "--workers", "2")
+    )
+    assert result.exit_code == 2  # the default closed loop has one stream in flight
+    assert "--workers 2 is more than --concurrency 1" in " ".join(result.output.split())
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--ray"))
     assert result.exit_code == 2

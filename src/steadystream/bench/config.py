@@ -403,6 +403,13 @@ class BenchConfig(BaseModel):
             self._check_sweep(self.sweep)
         if self.workers is not None and not self.on_ray:
             raise SpecError("--workers spreads a run over Ray actors: add --ray")
+        closed_loop = self.rate is None and self.trace is None and self.sweep is None
+        slots = self.concurrency if self.concurrency is not None else (1 if closed_loop else None)
+        if self.workers is not None and slots is not None and slots < self.workers:
+            raise SpecError(
+                f"--workers {self.workers} is more than --concurrency {slots}:"
+                " each worker needs at least one stream in flight"
+            )
         return self
 
     def _check_sweep(self, sweep: str) -> None:
