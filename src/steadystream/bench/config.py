@@ -337,7 +337,7 @@ class BenchConfig(BaseModel):
     ray: Annotated[
         bool,
         Flag(
-            "Spread the streams over Ray actors, one event loop each (needs steadystream[ray];"
+            "Spread the streams over Ray actors, one event loop each (needs the ray extra;"
             " a local Ray unless RAY_ADDRESS or --ray-address says where).",
             SCALE,
         ),

@@ -50,7 +50,7 @@ def analyze(
         typer.Option(
             "--ray",
             help="Read and reduce the files in parallel, a Ray task per file (needs"
-            " steadystream[ray]; a local Ray unless RAY_ADDRESS or --ray-address says where).",
+            " the ray extra; a local Ray unless RAY_ADDRESS or --ray-address says where).",
         ),
     ] = False,
     ray_address: Annotated[
