@@ -150,6 +150,8 @@ class _Supervisor:
 
     def _replace_dead(self) -> None:
         for index, pid in enumerate(self.workers):
+            if self._stopping:  # Ctrl-C reaches the workers too: they end, and stay ended
+                return
             done, status = os.waitpid(pid, os.WNOHANG)
             if not done:
                 continue
