@@ -12,7 +12,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from steadystream import Outcome, SpecError
+from steadystream import Outcome, SpecError, SteadystreamError
 from steadystream.bench import CancelPoint, CancelPolicy, Endpoint, OpenLoop, RunOptions, Workload
 from steadystream.bench.distributed import RayBench
 from steadystream.bench.schedule import ClosedLoop
@@ -89,6 +89,19 @@ async def test_stop_and_interrupt_reach_every_worker(lab: LabServer, ray_local: 
     assert result.interrupted
     assert result.progress.in_flight == 0
     assert Counter(t.outcome for t in result.timelines)[Outcome.CANCELLED] >= 1
+
+
+@pytest.mark.asyncio
+async def test_a_worker_that_dies_is_one_clear_error(lab: LabServer, ray_local: Any) -> None:
+    async with RayBench(settings(lab), workers=2) as bench:
+        runner = bench.prepare(ClosedLoop(2), RunOptions(duration_ns=60_000_000_000))
+        task = asyncio.create_task(runner.run())
+        while runner.progress.finished < 2:
+            await asyncio.sleep(0.05)
+        ray_local.kill(bench._actors[1])  # as a node going away would
+        with pytest.raises(SteadystreamError, match="a Ray worker failed"):
+            await task
+        assert runner.progress.finished >= 2  # what finished before is kept
 
 
 # -- the command line ---------------------------------------------------------------------------

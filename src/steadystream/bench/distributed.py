@@ -31,7 +31,7 @@ import numpy as np
 
 from steadystream import _ray
 from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
-from steadystream._exceptions import SpecError
+from steadystream._exceptions import SpecError, SteadystreamError
 from steadystream.bench.health import client_health
 from steadystream.bench.lag import lag_stats
 from steadystream.bench.progress import RunProgress
@@ -270,7 +270,7 @@ class RayRunner:
             if poll.report is not None:
                 self._reports[w] = poll.report
                 if poll.report.error is not None:
-                    raise RuntimeError(
+                    raise SteadystreamError(
                         f"bench worker {w + 1} ({self.bench.where[w]}) failed: {poll.report.error}"
                     )
 
@@ -320,8 +320,14 @@ def _concat(arrays: list[np.ndarray]) -> np.ndarray:
 
 async def _gather(refs: list[Any], timeout_s: float) -> list[Any]:
     """The results of Ray object refs, awaited on this event loop, within ``timeout_s``."""
+    ray_error = _ray.import_ray().exceptions.RayError
     futures = [asyncio.wrap_future(ref.future()) for ref in refs]
     try:
         return list(await asyncio.wait_for(asyncio.gather(*futures), timeout_s))
     except TimeoutError:
-        raise RuntimeError(f"Ray workers did not answer within {timeout_s:g} s") from None
+        raise SteadystreamError(f"Ray workers did not answer within {timeout_s:g} s") from None
+    except ray_error as exc:
+        # A worker or its node died (or a call failed in it): one line, not Ray's traceback;
+        # the streams that finished before are in the output file already.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SteadystreamError(f"a Ray worker failed: {first}") from exc
