@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,12 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from steadystream import Outcome, SpecError, SteadystreamError
+from steadystream import Outcome, SpecError, SteadystreamError, Timeline
 from steadystream.bench import CancelPoint, CancelPolicy, Endpoint, OpenLoop, RunOptions, Workload
 from steadystream.bench.distributed import RayBench
-from steadystream.bench.schedule import ClosedLoop
+from steadystream.bench.schedule import ClosedLoop, Share, share_of
 from steadystream.bench.session import BenchSettings
+from steadystream.bench.worker import BenchWorker
 from steadystream.bench.workload import builtin_prompts
 from steadystream.cli import _register, app
 from steadystream.files import JsonlWriter, read_jsonl, write_jsonl
@@ -185,3 +187,47 @@ def test_cli_ray_options_are_checked_before_anything_starts(
 
 def bench_args_for(url: str, out: Path, *extra: str) -> list[str]:
     return ["bench", url, "-m", "lab", "-o", str(out), "--no-live", "--warmup", "0", *extra]
+
+
+# -- one worker, in this process (what each Ray actor runs) -------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_worker_runs_its_share_and_reports_it(lab: LabServer) -> None:
+    worker = BenchWorker(settings(lab), worker=1)
+    assert "pid" in await worker.open()
+    assert await worker.warm_up(1) == 1
+    share = share_of(ClosedLoop(2), Share(1, 2))
+    now = time.time_ns()
+    await worker.start(share, RunOptions(max_requests=3, run_id="ssw"), {"route": "x"}, now)
+    with pytest.raises(RuntimeError, match="already in progress"):
+        await worker.start(share, RunOptions(max_requests=3), {}, now)
+    timelines: list[Timeline] = []
+    report = None
+    while report is None:
+        await asyncio.sleep(0.05)
+        poll = await worker.poll()
+        timelines += poll.timelines
+        report = poll.report
+    assert poll.sent == 3
+    assert sorted(t.stream_id for t in timelines) == ["ssw-000001", "ssw-000003", "ssw-000005"]
+    assert all(t.labels["route"] == "x" for t in timelines)
+    assert (report.worker, report.error, report.interrupted) == (1, None, False)
+    assert len(report.schedule_lag_ns) == 3
+    assert len(report.loop_lag_ns) > 0
+    assert (await worker.poll()).report is None  # reported once
+
+    # stop: no more requests, the run ends by itself; interrupt: the run is cut.
+    await worker.start(ClosedLoop(1), RunOptions(duration_ns=60_000_000_000), {}, time.time_ns())
+    await asyncio.sleep(0.3)
+    await worker.stop()
+    while (poll := await worker.poll()).report is None:
+        await asyncio.sleep(0.05)
+    assert not poll.report.interrupted
+    await worker.start(ClosedLoop(1), RunOptions(duration_ns=60_000_000_000), {}, time.time_ns())
+    await asyncio.sleep(0.3)
+    await worker.interrupt()
+    assert (await worker.poll()).report.interrupted  # type: ignore[union-attr]
+    await worker.close()
+    with pytest.raises(RuntimeError, match="open"):
+        await worker.warm_up(1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -16,7 +18,7 @@ from steadystream import ConfigError
 from steadystream._histogram import FastHistogram, Histograms
 from steadystream._processes import Child, free_port, steadystream_command
 from steadystream.files import read_jsonl
-from steadystream.gateway.config import config_from_mapping, with_server
+from steadystream.gateway.config import GatewayConfig, config_from_mapping, with_server
 from steadystream.gateway.shared_metrics import LIVE_S, SharedMetrics
 from steadystream.lab import LabServer
 
@@ -152,3 +154,54 @@ def test_two_workers_one_port_one_metrics_and_a_reload(tmp_path: Path) -> None:
     runs = [read_jsonl(f) for f in files]
     assert all(run.truncated_line is None for run in runs)
     assert sum(len(run.timelines) for run in runs) == 28
+
+
+# -- the parent, in this process, with workers that only wait -----------------------------------
+
+
+def idle_worker(*args: object, **kwargs: object) -> None:
+    """A worker's serving, replaced: wait for the parent's SIGTERM (the default ends us)."""
+    time.sleep(60)
+
+
+def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> None:
+    from steadystream.gateway import workers
+
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
+    reloads = iter([ConfigError("gateway.yaml: key 'x': bad"), config])
+
+    def reload() -> GatewayConfig:
+        found = next(reloads)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    seen: dict[str, set[int]] = {}
+    me = os.getpid()
+
+    def drive() -> None:
+        try:
+            wait_for(lambda: len(children(me)) == 2)
+            seen["first"] = children(me)
+            os.kill(min(seen["first"]), signal.SIGKILL)  # a worker dies: it is replaced
+            wait_for(lambda: len(children(me)) == 2 and min(seen["first"]) not in children(me))
+            seen["replaced"] = children(me)
+            os.kill(me, signal.SIGHUP)  # a bad configuration: refused, the workers stay
+            time.sleep(0.6)
+            assert children(me) == seen["replaced"]
+            os.kill(me, signal.SIGHUP)  # a good one: every worker replaced
+            wait_for(lambda: len(children(me)) == 2 and not children(me) & seen["replaced"])
+            seen["reloaded"] = children(me)
+        finally:
+            os.kill(me, signal.SIGTERM)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    workers.serve_workers(config, sock, idle_worker, reload=reload)
+    driver.join()
+    assert set(seen) == {"first", "replaced", "reloaded"}
+    assert children(me) == set()  # every worker stopped and reaped
+    assert sock.fileno() == -1  # the parent closed the port
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handlers given back
