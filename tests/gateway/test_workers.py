@@ -178,20 +178,24 @@ def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> N
 
     seen: dict[str, set[int]] = {}
     me = os.getpid()
+    others = children(me)  # this process may have children already (a session's local Ray)
+
+    def workers_now() -> set[int]:
+        return children(me) - others
 
     def drive() -> None:
         try:
-            wait_for(lambda: len(children(me)) == 2)
-            seen["first"] = children(me)
+            wait_for(lambda: len(workers_now()) == 2)
+            seen["first"] = workers_now()
             os.kill(min(seen["first"]), signal.SIGKILL)  # a worker dies: it is replaced
-            wait_for(lambda: len(children(me)) == 2 and min(seen["first"]) not in children(me))
-            seen["replaced"] = children(me)
+            wait_for(lambda: len(workers_now()) == 2 and min(seen["first"]) not in workers_now())
+            seen["replaced"] = workers_now()
             os.kill(me, signal.SIGHUP)  # a bad configuration: refused, the workers stay
             time.sleep(0.6)
-            assert children(me) == seen["replaced"]
+            assert workers_now() == seen["replaced"]
             os.kill(me, signal.SIGHUP)  # a good one: every worker replaced
-            wait_for(lambda: len(children(me)) == 2 and not children(me) & seen["replaced"])
-            seen["reloaded"] = children(me)
+            wait_for(lambda: len(workers_now()) == 2 and not workers_now() & seen["replaced"])
+            seen["reloaded"] = workers_now()
         finally:
             os.kill(me, signal.SIGTERM)
 
@@ -202,6 +206,6 @@ def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> N
     workers.serve_workers(config, sock, idle_worker, reload=reload)
     driver.join()
     assert set(seen) == {"first", "replaced", "reloaded"}
-    assert children(me) == set()  # every worker stopped and reaped
+    assert workers_now() == set()  # every worker stopped and reaped
     assert sock.fileno() == -1  # the parent closed the port
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handlers given back
