@@ -75,7 +75,10 @@ def summarise(
         if stalled
         else None
     )
-    return summarise_table(table, config, by=by, worst=worst, explanation=explanation)
+    summary = summarise_table(table, config, by=by, worst=worst, explanation=explanation)
+    summary.notes = [view_note] if view_note else []
+    summary.edges = edges
+    return summary
 
 
 def summarise_table(
@@ -103,8 +106,6 @@ def summarise_table(
         worst=[table.row(i) for i in worst_streams(table, worst)],
         findings=find(table, fleet, config, explanation),
         explanation=explanation if explanation is not None and explanation.stalls else None,
-        notes=[view_note] if view_note else [],
-        edges=edges,
     )
 
 
