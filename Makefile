@@ -12,7 +12,7 @@ REAL := $(VENV)/.real-parts
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

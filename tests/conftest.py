@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
 
 from steadystream import Event, EventKind, Outcome, Timeline, Where
 
@@ -36,3 +39,19 @@ def make_timeline(
     return Timeline.from_events(
         events, stream_id=stream_id, where=where, outcome=outcome, labels=labels or {}
     )
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    """A local Ray of 2 CPUs for the whole session (starting one takes seconds).
+
+    Code under test finds Ray already initialised and uses it as it is, as it would inside a
+    user's own Ray program.
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

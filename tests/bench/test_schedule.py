@@ -13,8 +13,12 @@ from steadystream.bench.schedule import (
     ClosedLoop,
     Dispatcher,
     OpenLoop,
+    Schedule,
+    Share,
     Ticket,
+    TraceSchedule,
     read_trace,
+    share_of,
 )
 
 MS = 1_000_000
@@ -239,3 +243,72 @@ def test_bad_traces_name_the_line(tmp_path: Path, content: str, message: str) ->
     path.write_text(content)
     with pytest.raises(InputError, match=message):
         read_trace(path)
+
+
+# -- one schedule shared by workers (bench --ray) ---------------------------------------------
+
+
+async def tickets_of(schedule: Schedule, requests: int | None = None) -> list[tuple[int, int]]:
+    """(index, offset from start) of every ticket; each request ends within 10 ms."""
+    clock = FakeClock()
+    dispatcher = Dispatcher(schedule, clock, max_requests=requests)
+    recorder = Recorder(dispatcher, clock)
+    task = asyncio.create_task(recorder.run())
+    seen = 0
+    while not task.done():
+        await clock.advance(10 * MS)
+        for _ in recorder.got[seen:]:
+            asyncio.get_running_loop().call_soon(dispatcher.release)
+        seen = len(recorder.got)
+        if clock.now_ns() > 600 * S:
+            dispatcher.stop()
+    return [(t.index, at - (dispatcher.start_ns or 0)) for t, at in recorder.got]
+
+
+def merged(parts: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    return sorted(ticket for part in parts for ticket in part)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        OpenLoop(rate=20.0, burstiness=0.5, seed=4, ramp_ns=2 * S),
+        TraceSchedule(tuple(i * 37 * MS for i in range(25))),
+    ],
+    ids=["open-loop", "trace"],
+)
+async def test_shares_of_timed_arrivals_are_the_one_schedule(schedule: Schedule) -> None:
+    requests = 25
+    whole = await tickets_of(schedule, requests)
+    for workers in (2, 3):
+        parts = []
+        for w in range(workers):
+            share = Share(w, workers)
+            part = await tickets_of(share_of(schedule, share), share.count_of(requests))
+            assert all(index % workers == w for index, _ in part)
+            parts.append(part)
+        assert merged(parts) == whole  # the same requests, at the same offsets
+
+
+@pytest.mark.asyncio
+async def test_closed_loop_slots_and_their_ramp_are_split() -> None:
+    schedule = ClosedLoop(5, ramp_ns=5 * S)
+    shares = [share_of(schedule, Share(w, 2)) for w in range(2)]
+    openings = [s.slot_openings() for s in shares if isinstance(s, ClosedLoop)]
+    assert openings == [[0, 2 * S, 4 * S], [1 * S, 3 * S]]
+    assert sorted(openings[0] + openings[1]) == schedule.slot_openings()
+    first = await tickets_of(shares[0], 4)
+    assert [index for index, _ in first] == [0, 2, 4, 6]
+
+
+def test_a_cap_is_split_and_too_many_workers_are_refused() -> None:
+    capped = OpenLoop(rate=5.0, max_concurrency=5)
+    caps = [share_of(capped, Share(w, 3)).max_concurrency for w in range(3)]
+    assert caps == [2, 2, 1]
+    with pytest.raises(SpecError, match="--workers 3 is more than --concurrency 2"):
+        share_of(ClosedLoop(2), Share(0, 3))
+    with pytest.raises(SpecError, match="--concurrency cap 2"):
+        share_of(OpenLoop(rate=1.0, max_concurrency=2), Share(2, 3))
+    with pytest.raises(SpecError, match="worker 2 is not one of 2"):
+        Share(2, 2)

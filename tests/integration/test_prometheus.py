@@ -184,9 +184,10 @@ def exported(exposition: str) -> set[str]:
 
 
 def grafana_variables(expr: str) -> str:
-    """The query as Grafana sends it with every model and tenant selected."""
+    """The query as Grafana sends it with every job, model and tenant selected."""
     return (
         expr.replace("$__rate_interval", "5m")
+        .replace('"$job"', '".*"')
         .replace('"$model"', '".*"')
         .replace('"$tenant"', '".*"')
     )

@@ -49,6 +49,7 @@ __all__ = [
     "LOAD",
     "OUTPUT",
     "REQUESTS",
+    "SCALE",
     "WORKLOAD",
     "BenchConfig",
     "Flag",
@@ -61,6 +62,7 @@ REQUESTS = "Requests"
 CANCELLATION = "Cancellation"
 GATE_AND_SWEEP = "Gate and sweep"
 OUTPUT = "Output"
+SCALE = "Scale out (Ray)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +334,28 @@ class BenchConfig(BaseModel):
     cooldown: Annotated[Duration, Flag("Pause between sweep loads.", GATE_AND_SWEEP, text=True)] = (
         Field(2 * NS_PER_S, ge=0)
     )
+    ray: Annotated[
+        bool,
+        Flag(
+            "Spread the streams over Ray actors, one event loop each (needs the ray extra;"
+            " a local Ray unless RAY_ADDRESS or --ray-address says where).",
+            SCALE,
+        ),
+    ] = False
+    workers: Annotated[
+        int | None,
+        Field(ge=1),
+        Flag("With --ray: how many actors (default: the Ray cluster's CPUs).", SCALE),
+    ] = None
+    ray_address: Annotated[
+        str | None,
+        Flag("The Ray cluster to run on (implies --ray), e.g. ray://head:10001.", SCALE),
+    ] = None
+
+    @property
+    def on_ray(self) -> bool:
+        """Whether the run is spread over Ray actors (``--ray`` or ``--ray-address``)."""
+        return self.ray or self.ray_address is not None
 
     def __init__(self, **values: Any) -> None:
         """Check ``values``; anything wrong is one :class:`SpecError` naming the option."""
@@ -377,6 +401,15 @@ class BenchConfig(BaseModel):
                 raise SpecError("--ramp does not apply to a trace")
         if self.sweep is not None:
             self._check_sweep(self.sweep)
+        if self.workers is not None and not self.on_ray:
+            raise SpecError("--workers spreads a run over Ray actors: add --ray")
+        closed_loop = self.rate is None and self.trace is None and self.sweep is None
+        slots = self.concurrency if self.concurrency is not None else (1 if closed_loop else None)
+        if self.workers is not None and slots is not None and slots < self.workers:
+            raise SpecError(
+                f"--workers {self.workers} is more than --concurrency {slots}:"
+                " each worker needs at least one stream in flight"
+            )
         return self
 
     def _check_sweep(self, sweep: str) -> None:

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from steadystream._clock import NS_PER_S
 from steadystream.bench.config import BenchConfig
+from steadystream.bench.distributed import RayBench, RayRunner
 from steadystream.bench.plan import BenchPlan, plan_bench
 from steadystream.bench.progress import FAILED_OUTCOMES
 from steadystream.bench.runner import BenchRunner, RunOptions, RunResult
 from steadystream.bench.schedule import Schedule, TraceSchedule
-from steadystream.bench.session import Bench
+from steadystream.bench.session import Bench, BenchSettings
 from steadystream.bench.summary import Summary, run_notes, summarise
 from steadystream.bench.sweep import SweepResult, run_sweep
 from steadystream.bench.verdict import GateVerdict, judge_runs, load_run
@@ -39,7 +40,11 @@ class BenchHooks:
     """What a caller hears while a bench runs; each does nothing unless overridden."""
 
     def run_started(
-        self, runner: BenchRunner, title: str, total: int | None, duration_s: float | None
+        self,
+        runner: BenchRunner | RayRunner,
+        title: str,
+        total: int | None,
+        duration_s: float | None,
     ) -> None:
         """A run (one load of a sweep) starts: ``runner.progress`` follows it."""
 
@@ -86,7 +91,7 @@ async def run_bench(
     hooks = hooks if hooks is not None else BenchHooks()
     settings = plan.config
     outcome = BenchOutcome(plan)
-    bench = Bench(
+    bench_settings = BenchSettings(
         plan.endpoint,
         plan.workload,
         keep_text=settings.keep_text,
@@ -96,6 +101,11 @@ async def run_bench(
         stall_threshold_ns=plan.metrics.stall_threshold_ns,
         ttft_target_ns=plan.metrics.ttft_target_ns,
         stamps=plan.stamps.value,
+    )
+    bench: Bench | RayBench = (
+        RayBench(bench_settings, workers=settings.workers, address=settings.ray_address)
+        if settings.on_ray
+        else bench_settings.bench()
     )
     scraped: list[str] = []  # what the engine-metrics scraper says, for the summary's notes
     scraper = scraping(settings.engine_metrics, plan.endpoint.origin, plan.output, scraped.append)
@@ -128,7 +138,11 @@ async def run_bench(
 
 
 async def _one_run(
-    bench: Bench, schedule: Schedule, options: RunOptions, hooks: BenchHooks, writer: JsonlWriter
+    bench: Bench | RayBench,
+    schedule: Schedule,
+    options: RunOptions,
+    hooks: BenchHooks,
+    writer: JsonlWriter,
 ) -> RunResult:
     runner = bench.prepare(schedule, options, sink=writer.write)
     duration_s = None if options.duration_ns is None else options.duration_ns / NS_PER_S
@@ -155,7 +169,7 @@ def _summary(result: RunResult, plan: BenchPlan) -> Summary:
 
 
 async def _sweep(
-    bench: Bench, plan: BenchPlan, hooks: BenchHooks, writer: JsonlWriter
+    bench: Bench | RayBench, plan: BenchPlan, hooks: BenchHooks, writer: JsonlWriter
 ) -> SweepResult:
     """Each load of the sweep is one run, labelled ``load=...``, into the same file."""
     sweep = plan.sweep

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from steadystream._clock import NS_PER_MS, Clock
 from steadystream._tasks import cancel_and_wait
@@ -96,6 +97,10 @@ class LoopLagSampler:
 
     def stats(self) -> LagStats:
         return lag_stats(np.frombuffer(self._lags, dtype=np.int64))
+
+    def samples_ns(self) -> npt.NDArray[np.int64]:
+        """Every lag sampled so far (a copy): samplers of several workers merge exactly."""
+        return np.frombuffer(self._lags, dtype=np.int64).copy()
 
     def recent(self, count: int = 200) -> LagStats:
         """Statistics of the last ``count`` samples (for a live view)."""

@@ -66,6 +66,10 @@ class BenchPlan:
 def plan_bench(config: BenchConfig, *, environ: Mapping[str, str] | None = None) -> BenchPlan:
     """Build the run's parts; raise :class:`~steadystream.InputError` on what cannot be used."""
     environ = os.environ if environ is None else environ
+    if config.on_ray:
+        from steadystream._ray import import_ray
+
+        import_ray()  # without the extra: say so now, not after the output file was opened
     api_key = None
     if config.api_key_env is not None:
         api_key = environ.get(config.api_key_env)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
 from steadystream._exceptions import SpecError
@@ -226,6 +227,10 @@ class BenchRunner:
         if self.sink is not None:
             self.sink(timeline)
         self.progress.request_done(timeline)
+
+    def schedule_lag_samples_ns(self) -> npt.NDArray[np.int64]:
+        """Every request's scheduling lag so far (a copy), for merging several runners'."""
+        return np.frombuffer(self._schedule_lags, dtype=np.int64).copy()
 
     def result(self) -> RunResult:
         """What the run recorded so far (all of it once :meth:`run` returned)."""

@@ -14,6 +14,12 @@ simulated time and the same code runs live.
   requests in flight holds arrivals back; the delay shows as scheduling lag.
 - Trace: arrival offsets read from a file (docs/bench.md#trace-files).
 
+One schedule can be shared by several workers (``bench --ray --workers N``, docs/scale.md):
+worker ``w`` of ``N`` takes the global schedule's requests ``w, w + N, w + 2N, ...``, and in a
+closed loop its slots likewise (:class:`Share`, :func:`share_of`). Every worker draws the same
+global arrivals and keeps its own, so together they send exactly the one schedule asked for,
+with the same request indices (hence prompts, token counts and cancellations) as one process.
+
 Every ticket carries the instant it was *meant* to go out; the runner subtracts it from the
 instant it did go out: that is the client's scheduling lag.
 """
@@ -21,6 +27,8 @@ instant it did go out: that is the client's scheduling lag.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -40,9 +48,11 @@ __all__ = [
     "Dispatcher",
     "OpenLoop",
     "Schedule",
+    "Share",
     "Ticket",
     "TraceSchedule",
     "read_trace",
+    "share_of",
 ]
 
 
@@ -55,11 +65,40 @@ class Ticket:
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """Worker ``worker`` of ``workers``: global requests and slots ``worker`` mod ``workers``."""
+
+    worker: int = 0
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise SpecError(f"--workers must be at least 1, got {self.workers}")
+        if not 0 <= self.worker < self.workers:
+            raise SpecError(f"worker {self.worker} is not one of {self.workers} workers")
+
+    def global_index(self, local: int) -> int:
+        """The global index of this worker's ``local``-th request."""
+        return local * self.workers + self.worker
+
+    def count_of(self, total: int) -> int:
+        """How many of the global ``0 .. total - 1`` are this worker's."""
+        return max(0, (total - self.worker + self.workers - 1) // self.workers)
+
+    def describe(self) -> str:
+        return "" if self.workers == 1 else f"; worker {self.worker + 1} of {self.workers}"
+
+
+_WHOLE = Share()
+
+
+@dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """``concurrency`` requests in flight at all times; slots open over ``ramp_ns``."""
 
     concurrency: int
     ramp_ns: int = 0
+    share: Share = _WHOLE
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -69,12 +108,12 @@ class ClosedLoop:
 
     def slot_openings(self) -> list[int]:
         """When each slot opens, as offsets from the start."""
-        n = self.concurrency
-        return [self.ramp_ns * k // n for k in range(n)]
+        n, share = self.concurrency, self.share
+        return [self.ramp_ns * k // n for k in range(share.worker, n, share.workers)]
 
     def describe(self) -> str:
         ramp = f", ramp {self.ramp_ns / NS_PER_S:g}s" if self.ramp_ns else ""
-        return f"closed loop, concurrency {self.concurrency}{ramp}"
+        return f"closed loop, concurrency {self.concurrency}{ramp}{self.share.describe()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +125,7 @@ class OpenLoop:
     seed: int = 0
     ramp_ns: int = 0
     max_concurrency: int | None = None
+    share: Share = _WHOLE
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -98,7 +138,11 @@ class OpenLoop:
             raise SpecError(f"--concurrency must be at least 1, got {self.max_concurrency}")
 
     def offsets(self) -> Iterator[int]:
-        """Arrival offsets in ns from the start, without end (the dispatcher stops it)."""
+        """This share's arrival offsets in ns from the start, without end."""
+        return _shared(self._all_offsets(), self.share)
+
+    def _all_offsets(self) -> Iterator[int]:
+        """The global arrival offsets, without end (the dispatcher stops it)."""
         rng = np.random.default_rng(self.seed)
         shape = self.burstiness
         # Unit-mean gaps in "operational time" (expected arrivals so far); the rate profile
@@ -121,7 +165,7 @@ class OpenLoop:
         shape = "Poisson" if self.burstiness == 1.0 else f"gamma, burstiness {self.burstiness:g}"
         ramp = f", ramp {self.ramp_ns / NS_PER_S:g}s" if self.ramp_ns else ""
         cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
-        return f"open loop, {self.rate:g} req/s ({shape}){ramp}{cap}"
+        return f"open loop, {self.rate:g} req/s ({shape}){ramp}{cap}{self.share.describe()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,16 +175,46 @@ class TraceSchedule:
     arrivals_ns: tuple[int, ...]
     source: str = "trace"
     max_concurrency: int | None = None
+    share: Share = _WHOLE
 
     def offsets(self) -> Iterator[int]:
-        return iter(self.arrivals_ns)
+        return _shared(iter(self.arrivals_ns), self.share)
 
     def describe(self) -> str:
         cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
-        return f"trace {self.source}: {len(self.arrivals_ns)} arrivals{cap}"
+        return f"trace {self.source}: {len(self.arrivals_ns)} arrivals{cap}{self.share.describe()}"
 
 
 Schedule = ClosedLoop | OpenLoop | TraceSchedule
+
+
+def _shared(offsets: Iterator[int], share: Share) -> Iterator[int]:
+    if share.workers == 1:
+        return offsets
+    return itertools.islice(offsets, share.worker, None, share.workers)
+
+
+def share_of(schedule: Schedule, share: Share) -> Schedule:
+    """Worker ``share.worker``'s part of ``schedule``; an in-flight cap is split likewise.
+
+    Raises :class:`SpecError` when a worker would get no slot (more workers than streams in
+    flight): it could send nothing.
+    """
+    if isinstance(schedule, ClosedLoop):
+        if schedule.concurrency < share.workers:
+            raise SpecError(
+                f"--workers {share.workers} is more than --concurrency {schedule.concurrency}:"
+                " each worker needs at least one stream in flight"
+            )
+        return dataclasses.replace(schedule, share=share)
+    cap = schedule.max_concurrency
+    if cap is not None and cap < share.workers:
+        raise SpecError(
+            f"--workers {share.workers} is more than the --concurrency cap {cap}:"
+            " each worker needs at least one stream in flight"
+        )
+    shared_cap = None if cap is None else share.count_of(cap)
+    return dataclasses.replace(schedule, share=share, max_concurrency=shared_cap)
 
 
 def read_trace(path: str | Path, *, max_concurrency: int | None = None) -> TraceSchedule:
@@ -244,8 +318,9 @@ class Dispatcher:
             intended = self._closed_loop(start, self.schedule.slot_openings())
         else:
             intended = self._timed(start, self.schedule.offsets(), self.schedule.max_concurrency)
+        share = self.schedule.share
         async for at in intended:
-            ticket = Ticket(self.issued, at)
+            ticket = Ticket(share.global_index(self.issued), at)
             self.issued += 1
             self.in_flight += 1
             yield ticket

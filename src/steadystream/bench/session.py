@@ -30,10 +30,40 @@ from steadystream.bench.workload import Workload
 from steadystream.stamped import resolve_stamps
 from steadystream.timeline import Timeline
 
-__all__ = ["Bench"]
+__all__ = ["Bench", "BenchSettings"]
 
 _WARMUP_INDEX = 1 << 40  # warm-up requests draw prompts far from the run's own indices
 _WARMUP_TOKENS = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchSettings:
+    """What a :class:`Bench` is built with, as plain values: one bench in this process, or
+    the same in every worker of a distributed one (:mod:`steadystream.bench.distributed`)."""
+
+    endpoint: Endpoint
+    workload: Workload
+    keep_text: bool = False
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    lab_truth: str = "auto"
+    read_timeout_s: float | None = 120.0
+    stall_threshold_ns: int = 400 * NS_PER_MS
+    ttft_target_ns: int = 800 * NS_PER_MS
+    stamps: str = "auto"  # on a Ray worker, resolved on its own node
+
+    def bench(self, clock: Clock | None = None) -> Bench:
+        return Bench(
+            self.endpoint,
+            self.workload,
+            clock=clock,
+            keep_text=self.keep_text,
+            labels=self.labels,
+            lab_truth=self.lab_truth,
+            read_timeout_s=self.read_timeout_s,
+            stall_threshold_ns=self.stall_threshold_ns,
+            ttft_target_ns=self.ttft_target_ns,
+            stamps=self.stamps,
+        )
 
 
 class Bench:

@@ -21,13 +21,14 @@ from steadystream.metrics import (
     FleetMetrics,
     MetricConfig,
     StreamMetrics,
+    StreamTable,
     fleet_metrics,
     stream_table,
     worst_streams,
 )
 from steadystream.timeline import Timeline
 
-__all__ = ["Summary", "run_notes", "summarise"]
+__all__ = ["Summary", "run_notes", "summarise", "summarise_table"]
 
 
 @dataclass
@@ -62,7 +63,6 @@ def summarise(
     edges = compare_edges(timelines, config)
     timelines, view_note = rendered_view(timelines)
     table = stream_table(timelines, config)
-    fleet = fleet_metrics(table, config)
     threshold_s = config.stall_threshold_ns / 1e9
     with np.errstate(invalid="ignore"):
         stalled = bool(
@@ -75,12 +75,29 @@ def summarise(
         if stalled
         else None
     )
+    summary = summarise_table(table, config, by=by, worst=worst, explanation=explanation)
+    summary.notes = [view_note] if view_note else []
+    summary.edges = edges
+    return summary
+
+
+def summarise_table(
+    table: StreamTable,
+    config: MetricConfig,
+    *,
+    by: str | None = None,
+    worst: int = 10,
+    explanation: Explanation | None = None,
+) -> Summary:
+    """Summarise a run's per-stream table (one file's, or many merged: ``analysis``);
+    ``explanation`` is the stalls' attribution, which needs the timelines themselves."""
+    fleet = fleet_metrics(table, config)
     groups: dict[str, FleetMetrics] = {}
     if by is not None:
-        values = sorted({t.labels.get(by, "") for t in timelines})
-        for value in values:
-            members = [t for t in timelines if t.labels.get(by, "") == value]
-            groups[value or "(none)"] = fleet_metrics(members, config)
+        values = [labels.get(by, "") for labels in table.labels]
+        for value in sorted(set(values)):
+            members = [i for i, v in enumerate(values) if v == value]
+            groups[value or "(none)"] = fleet_metrics(table.take(members), config)
     return Summary(
         config=config,
         fleet=fleet,
@@ -89,8 +106,6 @@ def summarise(
         worst=[table.row(i) for i in worst_streams(table, worst)],
         findings=find(table, fleet, config, explanation),
         explanation=explanation if explanation is not None and explanation.stalls else None,
-        notes=[view_note] if view_note else [],
-        edges=edges,
     )
 
 

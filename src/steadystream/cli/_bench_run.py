@@ -16,6 +16,7 @@ from rich.console import Console
 from steadystream.bench import _loop
 from steadystream.bench.cancel import cancellation_stats
 from steadystream.bench.config import BenchConfig
+from steadystream.bench.distributed import RayRunner
 from steadystream.bench.entrypoint import BenchHooks, BenchOutcome, run_bench
 from steadystream.bench.plan import BenchPlan, plan_bench
 from steadystream.bench.runner import BenchRunner
@@ -37,7 +38,11 @@ class _LiveHooks(BenchHooks):
         self.view = view
 
     def run_started(
-        self, runner: BenchRunner, title: str, total: int | None, duration_s: float | None
+        self,
+        runner: BenchRunner | RayRunner,
+        title: str,
+        total: int | None,
+        duration_s: float | None,
     ) -> None:
         self.view.follow(runner.progress, title, total, duration_s)
 

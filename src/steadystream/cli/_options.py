@@ -83,8 +83,11 @@ def exit_on_error() -> Iterator[None]:
         yield
     except SteadystreamError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        # Escaped: a message may hold brackets ("pip install 'steadystream[ray]'", a path)
+        # that rich would otherwise take for markup and drop.
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from exc
 
 

@@ -25,7 +25,11 @@ from steadystream.cli._options import (
 @app.command()
 def analyze(
     files: Annotated[
-        list[Path], typer.Argument(help="Timeline files (.jsonl, .jsonl.gz, .parquet).")
+        list[Path],
+        typer.Argument(
+            help="Timeline files (.jsonl, .jsonl.gz, .parquet), or folders of them (searched"
+            " recursively)."
+        ),
     ],
     by: Annotated[
         str | None,
@@ -41,9 +45,22 @@ def analyze(
     fluidity_form: FluidityForm = "documented",
     worst: Annotated[int, typer.Option(help="How many of the worst streams to list.")] = 10,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="Read and reduce the files in parallel, a Ray task per file (needs"
+            " the ray extra; a local Ray unless RAY_ADDRESS or --ray-address says where).",
+        ),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
+    ] = None,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
-    from steadystream.bench.summary import summarise
+    from steadystream.analysis import analyze_files, timeline_files
+    from steadystream.bench.summary import summarise, summarise_table
     from steadystream.bench.verdict import load_runs
     from steadystream.cli import _render
     from steadystream.cli._inputs import read_engine_beside
@@ -62,10 +79,21 @@ def analyze(
         fluidity_form=fluidity_form,
     )
     with exit_on_error():
-        timelines, notes = load_runs(files)
-        engine = read_engine_beside(files, None, notes)
-    summary = summarise(timelines, config, by=by, worst=worst, engine=engine)
+        paths = timeline_files(files)
+        if ray or ray_address is not None:
+            # A Ray task per file returns its per-stream rows, not its events: the stalls'
+            # causes need the events, so they are left to a run without --ray (or `explain`).
+            tables = analyze_files(paths, config, ray=True, ray_address=ray_address)
+            summary = summarise_table(tables.table, config, by=by, worst=worst)
+            notes = tables.notes()
+            notes.append("stall causes are not attributed with --ray; run without it, or explain")
+        else:
+            timelines, notes = load_runs(paths)
+            engine = read_engine_beside(paths, None, notes)
+            summary = summarise(timelines, config, by=by, worst=worst, engine=engine)
     summary.notes[:0] = notes
+    if len(paths) > 1:
+        summary.notes.append(f"{len(paths)} files, {summary.fleet.streams} streams merged")
     if json_output:
         typer.echo(_render.to_json(summary))
     else:

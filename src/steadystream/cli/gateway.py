@@ -32,10 +32,18 @@ def gateway(
     port: Annotated[
         int | None, typer.Option(help="Port to listen on (default 8080, or the config's).")
     ] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            help="Processes sharing the port, each with its own event loop: a number or 'auto'"
+            " (one per core); default 1, or the config's server.workers. SIGHUP replaces them"
+            " with the configuration read again.",
+        ),
+    ] = None,
 ) -> None:
     """Measure, pace, fail over and cancel LLM streams between clients and their providers."""
     from steadystream.cli._options import exit_on_error
-    from steadystream.gateway.config import config_from_upstreams, load_config
+    from steadystream.gateway.config import config_from_upstreams, load_config, with_server
     from steadystream.gateway.server import serve
 
     if (config is None) == (not upstream):
@@ -47,14 +55,16 @@ def gateway(
             chosen = load_config(config)
         else:
             chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
-        changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
-        if changes:
-            server = chosen.server.model_copy(update=changes)
-            chosen = chosen.model_copy(update={"server": server})
+        overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        chosen = with_server(chosen, overrides)
         names = ", ".join(f"{u.name} ({u.base_url})" for u in chosen.upstreams_in_order())
         typer.echo(
             f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
             f"failover {chosen.failover.policy}, "
             f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
         )
-        serve(chosen)
+        serve(
+            chosen,
+            reload=None if config is None else lambda: with_server(load_config(config), overrides),
+        )

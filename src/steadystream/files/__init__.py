@@ -27,6 +27,7 @@ from steadystream.files._jsonl import (
 from steadystream.timeline import Timeline
 
 __all__ = [
+    "TIMELINE_SUFFIXES",
     "JsonlReader",
     "JsonlWriter",
     "PathLike",
@@ -68,7 +69,8 @@ def _needs_pyarrow() -> Iterator[None]:
         raise InputError("Parquet files need pyarrow: pip install steadystream[parquet]") from exc
 
 
-_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+TIMELINE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+"""The suffixes a timeline file may have; each names its format."""
 
 
 def read_timelines(path: PathLike) -> ReadResult:
@@ -78,7 +80,7 @@ def read_timelines(path: PathLike) -> ReadResult:
         return ReadResult(read_parquet(name))
     if name.endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl(name)
-    raise InputError(f"{name}: unknown timeline file suffix; expected one of {_SUFFIXES}")
+    raise InputError(f"{name}: unknown timeline file suffix; expected one of {TIMELINE_SUFFIXES}")
 
 
 def write_timelines(
@@ -90,4 +92,4 @@ def write_timelines(
         return write_parquet(name, timelines, keep_text=keep_text)
     if name.endswith((".jsonl", ".jsonl.gz")):
         return write_jsonl(name, timelines, keep_text=keep_text)
-    raise InputError(f"{name}: unknown timeline file suffix; expected one of {_SUFFIXES}")
+    raise InputError(f"{name}: unknown timeline file suffix; expected one of {TIMELINE_SUFFIXES}")

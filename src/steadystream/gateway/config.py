@@ -12,6 +12,7 @@ environment variables that hold them and are read when the app is built
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,7 @@ __all__ = [
     "config_from_mapping",
     "config_from_upstreams",
     "load_config",
+    "with_server",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -92,6 +94,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _workers(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isdigit():  # from the command line
+        value = int(value)
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError("a whole number of processes (at least 1) or auto")
+
+
 class ServerConfig(_Section):
     """Where the gateway listens."""
 
@@ -110,6 +120,18 @@ class ServerConfig(_Section):
     body_timeout: Duration = Field(
         30_000_000_000, gt=0, description="the longest wait for a request body to arrive"
     )
+    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers)] = Field(
+        1,
+        description="processes serving the one port, each with its own event loop; auto: one"
+        " per core",
+    )
+
+    @property
+    def worker_count(self) -> int:
+        """``workers`` as a number: ``auto`` is the cores this process may run on."""
+        if self.workers == "auto":
+            return max(1, len(os.sched_getaffinity(0)))
+        return self.workers
 
 
 class UpstreamTimeouts(_Section):
@@ -446,6 +468,18 @@ def load_config(path: str | Path) -> GatewayConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a gateway configuration holds a mapping of keys")
     return config_from_mapping(data, source=str(path))
+
+
+def with_server(config: GatewayConfig, overrides: Mapping[str, Any]) -> GatewayConfig:
+    """``config`` with the ``server`` keys in ``overrides`` replaced (command-line options),
+    checked as in a file: ``--workers many`` is refused naming ``server.workers``."""
+    if not overrides:
+        return config
+    try:
+        server = ServerConfig.model_validate({**config.server.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, "the command line", ServerConfig)) from exc
+    return config.model_copy(update={"server": server})
 
 
 def config_from_upstreams(

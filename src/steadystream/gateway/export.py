@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steadystream._histogram import FastHistogram, Histograms
+from steadystream.gateway.shared_metrics import SharedMetrics
 from steadystream.metrics import stream_table
 from steadystream.timeline import Timeline
 
@@ -71,6 +72,7 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.shared: SharedMetrics | None = None  # set in each worker of several
         h = FastHistogram
         self.gap = h(
             "steadystream_gap_seconds", "Every inter-token gap of every stream.", _EDGE, GAP_BUCKETS
@@ -169,6 +171,9 @@ class GatewayMetrics:
         )
 
     def exposition(self) -> bytes:
+        """This process's metrics; with several workers (:attr:`shared`), all of theirs summed."""
+        if self.shared is not None:
+            return self.shared.exposition()
         return generate_latest(self.registry)
 
     def observe_stream(

@@ -14,11 +14,13 @@ access log is off: a line per request would cost more than relaying its events.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Mapping
 
 import uvicorn
 from prometheus_client import CollectorRegistry
-from starlette.types import Scope
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Scope
 
 from steadystream._serving import (
     ServedApp,
@@ -32,7 +34,7 @@ from steadystream.gateway.head_timeout import head_timeout_protocol
 from steadystream.gateway.recording import TimelineSink
 from steadystream.gateway.state import GatewayState
 
-__all__ = ["GatewayServer", "serve"]
+__all__ = ["GatewayServer", "serve", "serve_on"]
 
 
 def _transport_of(server: uvicorn.Server) -> Callable[[Scope], asyncio.WriteTransport | None]:
@@ -47,12 +49,40 @@ def _transport_of(server: uvicorn.Server) -> Callable[[Scope], asyncio.WriteTran
     return find
 
 
-def serve(config: GatewayConfig, *, log_level: str = "info") -> None:
-    """Serve the gateway on the configured host and port until interrupted (Ctrl-C)."""
-    app = create_app(config)
+def serve(
+    config: GatewayConfig,
+    *,
+    log_level: str = "info",
+    reload: Callable[[], GatewayConfig] | None = None,
+) -> None:
+    """Serve the gateway on the configured host and port until interrupted (Ctrl-C, SIGTERM).
+
+    With ``server.workers`` above one, that many processes share the port
+    (:mod:`steadystream.gateway.workers`); SIGHUP then replaces them one at a time, with the
+    configuration ``reload`` returns.
+    """
     host, port = config.server.host, config.server.port
     sock = listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
-    uv_config = uvicorn_config(app, host, sock.getsockname()[1], log_level)
+    if config.server.worker_count > 1:
+        from steadystream.gateway.workers import serve_workers
+
+        serve_workers(config, sock, serve_on, log_level=log_level, reload=reload)
+        return
+    serve_on(create_app(config), config, sock, log_level)
+
+
+def serve_on(
+    app: Starlette,
+    config: GatewayConfig,
+    sock: socket.socket,
+    log_level: str,
+    *,
+    outer: ASGIApp | None = None,
+) -> None:
+    """Run ``app`` (a gateway made from ``config``) on a bound socket until it is stopped;
+    ``outer``, an app wrapped around it, is what uvicorn serves when given."""
+    served = outer if outer is not None else app
+    uv_config = uvicorn_config(served, config.server.host, sock.getsockname()[1], log_level)
     uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
     app.state.gateway.transport_of = _transport_of(server)

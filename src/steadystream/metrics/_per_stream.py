@@ -180,6 +180,52 @@ class StreamTable:
         start = int(self.gap_counts[:index].sum())
         return self.gap_values_s[start : start + int(self.gap_counts[index])]
 
+    @classmethod
+    def concat(cls, tables: Sequence[StreamTable]) -> StreamTable:
+        """The tables' streams one after another, as if computed in one go.
+
+        Every per-stream metric depends on its own stream alone, so tables computed apart
+        (per file, per process, per host) concatenate to exactly the table of all streams.
+        """
+        if len(tables) == 1:
+            return tables[0]
+        return cls(
+            stream_ids=[s for t in tables for s in t.stream_ids],
+            outcomes=[o for t in tables for o in t.outcomes],
+            labels=[labels for t in tables for labels in t.labels],
+            token_sources=[s for t in tables for s in t.token_sources],
+            wheres=[w for t in tables for w in t.wheres],
+            columns={
+                name: np.concatenate([np.zeros(0), *(t.columns[name] for t in tables)])
+                for name in STREAM_COLUMNS
+            },
+            gap_values_s=np.concatenate([np.zeros(0), *(t.gap_values_s for t in tables)]),
+            gap_counts=np.concatenate(
+                [np.zeros(0, dtype=np.int64), *(t.gap_counts for t in tables)]
+            ),
+        )
+
+    def take(self, indices: Sequence[int] | IntArray) -> StreamTable:
+        """The rows at ``indices``, in that order (a group of streams, say)."""
+        index = np.asarray(indices, dtype=np.int64)
+        starts = segment_starts(self.gap_counts)
+        counts = self.gap_counts[index]
+        # Each taken row's gaps: its segment of the concatenated gap values.
+        positions = np.repeat(starts[index] - segment_starts(counts), counts) + np.arange(
+            int(counts.sum())
+        )
+        rows = index.tolist()
+        return StreamTable(
+            stream_ids=[self.stream_ids[i] for i in rows],
+            outcomes=[self.outcomes[i] for i in rows],
+            labels=[self.labels[i] for i in rows],
+            token_sources=[self.token_sources[i] for i in rows],
+            wheres=[self.wheres[i] for i in rows],
+            columns={name: values[index] for name, values in self.columns.items()},
+            gap_values_s=self.gap_values_s[positions],
+            gap_counts=counts,
+        )
+
 
 def stream_metrics(timeline: Timeline, config: MetricConfig | None = None) -> StreamMetrics:
     """Metrics of one stream (the same vectorised code, over a fleet of one)."""

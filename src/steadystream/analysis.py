@@ -1,0 +1,117 @@
+"""Recorded runs in, one per-stream table out: file by file, in this process or on Ray.
+
+A fleet that spans many files (a bench per host, a gateway per replica, a day of recordings)
+is analysed one file at a time: each file's :class:`~steadystream.metrics.StreamTable` is
+computed on its own, then the tables are concatenated. A per-stream metric depends on its own
+stream alone, so the merged table, and the fleet metrics computed from it, are exactly those
+of all the streams read at once; only the small per-stream rows (and each stream's gaps, for
+the pooled percentiles) travel, never the timelines.
+
+    >>> tables = analyze_files(["runs/"], MetricConfig())            # this process
+    >>> tables = analyze_files(["runs/"], MetricConfig(), ray=True)  # a Ray task per file
+    >>> fleet_metrics(tables.table)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from steadystream._exceptions import InputError, SteadystreamError
+from steadystream.bench.verdict import load_run
+from steadystream.files import TIMELINE_SUFFIXES, PathLike
+from steadystream.metrics import MetricConfig, StreamTable, stream_table
+
+__all__ = ["FileTable", "RunTables", "analyze_files", "file_table", "timeline_files"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileTable:
+    """One file's per-stream table, and a note when its last line was cut off."""
+
+    path: str
+    table: StreamTable
+    note: str | None = None  # the file's last line was cut off (the streams before it count)
+
+
+@dataclass(frozen=True, slots=True)
+class RunTables:
+    """Every file's table, and all of them merged in the order the files were given."""
+
+    files: list[FileTable]
+    table: StreamTable
+
+    def notes(self) -> list[str]:
+        return [f.note for f in self.files if f.note is not None]
+
+
+def timeline_files(paths: Sequence[PathLike]) -> list[Path]:
+    """The timeline files named, a folder standing for the timeline files under it.
+
+    A folder is searched recursively and its files taken in name order, so that a rerun
+    merges them the same way; a file named outright is taken whatever its suffix (reading
+    it says if the suffix is wrong). A folder with no timeline file is an error, not an
+    empty fleet.
+    """
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            inside = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.name.endswith(TIMELINE_SUFFIXES)
+            )
+            if not inside:
+                raise InputError(
+                    f"{path}: no timeline files in this folder"
+                    f" (looked for {', '.join(TIMELINE_SUFFIXES)})"
+                )
+            found.extend(inside)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    return found
+
+
+def file_table(path: PathLike, config: MetricConfig) -> FileTable:
+    """Read one timeline file and compute its per-stream table."""
+    run = load_run(Path(path), required=False)
+    return FileTable(os.fspath(path), stream_table(run.timelines, config), run.note)
+
+
+def analyze_files(
+    paths: Sequence[PathLike],
+    config: MetricConfig,
+    *,
+    ray: bool = False,
+    ray_address: str | None = None,
+) -> RunTables:
+    """Per-stream tables of every timeline file in ``paths``, and the merged table.
+
+    With ``ray=True`` each file is read and reduced by a Ray task, on whichever node has a
+    free CPU: the files must be readable at the same path there (a shared filesystem; any
+    local Ray sees this machine's files). ``ray_address`` is the cluster to join; without it,
+    Ray's own rule applies (``RAY_ADDRESS``, else a local Ray started for this call).
+    """
+    files = timeline_files(paths)
+    if ray or ray_address is not None:
+        from steadystream import _ray
+
+        tables = _ray.map_files(_file_table_or_error, files, config, address=ray_address)
+    else:
+        tables = [file_table(path, config) for path in files]
+    return RunTables(tables, StreamTable.concat([t.table for t in tables]))
+
+
+def _file_table_or_error(path: Path, config: MetricConfig) -> FileTable | SteadystreamError:
+    """:func:`file_table`, with a bad file's error returned as a value.
+
+    Ray would wrap a raised error in its own, traceback and all; returned, it reaches the
+    caller as the same clear error the single-process path gives.
+    """
+    try:
+        return file_table(path, config)
+    except SteadystreamError as exc:
+        return exc

@@ -1,0 +1,232 @@
+"""The gateway on every core: worker processes sharing one port, and the parent that keeps them.
+
+One gateway process relays on one core (docs/performance.md has the scaling model). With
+``server.workers: N`` the parent binds the port, then forks N workers; each builds its own app
+after the fork (its own event loop, upstream connections, recorder and metrics) and accepts
+on the shared socket, so the kernel hands each new connection to one of them. Nothing on the
+hot path is shared:
+
+- **recordings**: each worker writes its own files (``gateway-DATE-PID-NNNN.jsonl``), so no two
+  processes ever write one file and no line is ever interleaved;
+- **metrics**: each worker publishes a snapshot once a second and any worker answers
+  ``/metrics`` with the sum of all (:mod:`steadystream.gateway.shared_metrics`).
+
+Signals to the parent: SIGTERM or SIGINT stops every worker (each lets its streams finish for
+uvicorn's graceful-shutdown time) and then the parent; SIGHUP reloads: the configuration is
+read again and the workers are replaced one at a time, the new one started before the old one
+stops, so the port keeps answering (a bad configuration is reported and the old workers
+stay; the address and port cannot change, the socket is the parent's). A worker that dies
+on its own is replaced, at most once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from steadystream._exceptions import SteadystreamError
+from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics
+
+__all__ = ["serve_workers"]
+
+_STOP_GRACE_S = 10.0  # uvicorn's graceful shutdown, and then some, before SIGKILL
+_RESTART_EVERY_S = 1.0
+_TICK_S = 0.2
+
+
+ServeOn = Callable[..., None]
+"""How one worker serves its app on the socket (``steadystream.gateway.server.serve_on``)."""
+
+
+def serve_workers(
+    config: GatewayConfig,
+    sock: socket.socket,
+    serve_on: ServeOn,
+    *,
+    log_level: str = "info",
+    reload: Callable[[], GatewayConfig] | None = None,
+) -> None:
+    """Run ``config.server.worker_count`` workers on ``sock`` until SIGTERM or SIGINT."""
+    folder = Path(tempfile.mkdtemp(prefix="steadystream-gateway-metrics-"))
+    try:
+        _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
+    finally:
+        sock.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        sock: socket.socket,
+        folder: Path,
+        log_level: str,
+        reload: Callable[[], GatewayConfig] | None,
+        serve_on: ServeOn,
+    ) -> None:
+        self.config = config
+        self.serve_on = serve_on
+        self.sock = sock
+        self.folder = folder
+        self.log_level = log_level
+        self.reload = reload
+        self.workers: list[int] = []
+        self._stopping = False
+        self._reloading = False
+        self._last_restart = 0.0
+
+    def run(self) -> None:
+        previous = {
+            sig: signal.signal(sig, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            self.workers = [
+                self._spawn(self.config) for _ in range(self.config.server.worker_count)
+            ]
+            _say(f"{len(self.workers)} workers: pids {', '.join(map(str, self.workers))}")
+            while not self._stopping:
+                if self._reloading:
+                    self._reloading = False
+                    self._reload()
+                self._replace_dead()
+                time.sleep(_TICK_S)
+        finally:
+            self._stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._reloading = True
+        else:
+            self._stopping = True
+
+    def _spawn(self, config: GatewayConfig) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 0
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            _worker(config, self.sock, self.folder, self.log_level, self.serve_on)
+        except BaseException:  # a child must never return into the parent's code
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def _reload(self) -> None:
+        config = self.config
+        if self.reload is not None:
+            try:
+                config = self.reload()
+            except SteadystreamError as exc:
+                _say(f"reload refused, the workers keep the old configuration: {exc}")
+                return
+        self.config = config
+        for index, old in enumerate(list(self.workers)):
+            self.workers[index] = self._spawn(config)
+            _stop([old], _STOP_GRACE_S)
+        _say(f"reloaded: pids {', '.join(map(str, self.workers))}")
+
+    def _replace_dead(self) -> None:
+        for index, pid in enumerate(self.workers):
+            if self._stopping:  # Ctrl-C reaches the workers too: they end, and stay ended
+                return
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if not done:
+                continue
+            wait = self._last_restart + _RESTART_EVERY_S - time.monotonic()
+            if wait > 0:  # a worker dying at start would otherwise spin the parent
+                time.sleep(wait)
+            self._last_restart = time.monotonic()
+            self.workers[index] = self._spawn(self.config)
+            _say(f"worker {pid} ended ({_status(status)}); started {self.workers[index]}")
+
+    def _stop_all(self) -> None:
+        workers, self.workers = self.workers, []
+        _stop(workers, _STOP_GRACE_S)
+
+
+def _worker(
+    config: GatewayConfig, sock: socket.socket, folder: Path, log_level: str, serve_on: ServeOn
+) -> None:
+    """One worker's life, in the forked child: its own app, event loop and metrics snapshot."""
+    from steadystream.gateway.app import create_app
+
+    app = create_app(config)
+    metrics = app.state.gateway.metrics
+    shared = SharedMetrics(metrics.registry, folder)
+    metrics.shared = shared
+    serve_on(app, config, sock, log_level, outer=_Publishing(app, shared))
+    shared.publish()
+
+
+class _Publishing:
+    """The gateway app, with its metrics snapshot refreshed every second while it serves."""
+
+    def __init__(self, app: ASGIApp, shared: SharedMetrics) -> None:
+        self.app = app
+        self.shared = shared
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._publish())
+        await self.app(scope, receive, send)
+
+    async def _publish(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):  # a full disk must not end the worker
+                self.shared.publish()
+            await asyncio.sleep(PUBLISH_EVERY_S)
+
+
+def _stop(pids: list[int], grace_s: float) -> None:
+    """SIGTERM ``pids``, wait up to ``grace_s`` for them, then SIGKILL what is left."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if not done:
+                    continue
+            left.discard(pid)
+        time.sleep(0.05)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def _status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def _say(message: str) -> None:
+    print(f"gateway: {message}", file=sys.stderr, flush=True)

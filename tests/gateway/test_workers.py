@@ -1,0 +1,211 @@
+"""`gateway --workers N`: one port, N processes, one /metrics, one recording file each, reload."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from steadystream import ConfigError
+from steadystream._histogram import FastHistogram, Histograms
+from steadystream._processes import Child, free_port, steadystream_command
+from steadystream.files import read_jsonl
+from steadystream.gateway.config import GatewayConfig, config_from_mapping, with_server
+from steadystream.gateway.shared_metrics import LIVE_S, SharedMetrics
+from steadystream.lab import LabServer
+
+UPSTREAMS = [{"name": "lab", "base_url": "http://127.0.0.1:9/v1"}]
+
+
+def test_workers_are_checked_like_every_key() -> None:
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": "auto"}})
+    assert config.server.worker_count == len(os.sched_getaffinity(0))
+    assert with_server(config, {"workers": "3"}).server.worker_count == 3
+    for bad in (0, "many", True):
+        with pytest.raises(ConfigError, match=r"server\.workers.*at least 1\) or auto"):
+            config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": bad}})
+    with pytest.raises(ConfigError, match="the command line: key 'workers'"):
+        with_server(config, {"workers": "0"})
+
+
+def worker_registry(streams: float, active: float, gaps: list[float]) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    Counter("ss_streams", "s", ["tenant"], registry=registry).labels("web").inc(streams)
+    Gauge("ss_active", "a", registry=registry).set(active)
+    histogram = FastHistogram("ss_gap_seconds", "g", ("edge",), (0.1, 1.0))
+    histogram.observe(("downstream",), gaps)
+    registry.register(Histograms([histogram]))
+    return registry
+
+
+def samples(exposition: bytes) -> dict[str, float]:
+    lines = exposition.decode().splitlines()
+    return {
+        name: float(value)
+        for line in lines
+        if line and not line.startswith("#")
+        for name, value in [line.rsplit(" ", 1)]
+    }
+
+
+def test_snapshots_sum_counters_and_histograms_and_gauges_of_live_workers(tmp_path: Path) -> None:
+    one = SharedMetrics(worker_registry(3, 2, [0.05, 0.5]), tmp_path)
+    two = SharedMetrics(worker_registry(4, 1, [0.05, 2.0]), tmp_path)
+    two.path = tmp_path / "worker-2.json"  # a second process's file
+    two.publish()
+    summed = samples(one.exposition())
+    assert summed['ss_streams_total{tenant="web"}'] == 7
+    assert summed["ss_active"] == 3
+    assert summed['ss_gap_seconds_bucket{edge="downstream",le="0.1"}'] == 2
+    assert summed['ss_gap_seconds_bucket{edge="downstream",le="+Inf"}'] == 4
+    assert summed['ss_gap_seconds_count{edge="downstream"}'] == 4
+    # A worker that stopped refreshing its snapshot is gone: its streams still count, its
+    # streams in flight do not.
+    stale = time.time() - LIVE_S - 1
+    os.utime(two.path, (stale, stale))
+    summed = samples(one.exposition())
+    assert summed['ss_streams_total{tenant="web"}'] == 7
+    assert summed["ss_active"] == 2
+
+
+# -- a real gateway with two workers ----------------------------------------------------------
+
+
+def stream(url: str) -> None:
+    body = {
+        "model": "lab",
+        "stream": True,
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions", orjson.dumps(body), {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert b"[DONE]" in answer.read()
+
+
+def streams_total(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        found = samples(answer.read())
+    return sum(v for k, v in found.items() if k.startswith("steadystream_streams_total{"))
+
+
+def children(pid: int) -> set[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return {int(p) for p in text.split()}
+
+
+def wait_for(check: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.mark.integration
+def test_two_workers_one_port_one_metrics_and_a_reload(tmp_path: Path) -> None:
+    recordings = tmp_path / "recordings"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with LabServer("steady") as lab:
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            f"server: {{port: {port}, workers: 2}}\n"
+            f"upstreams: [{{name: lab, base_url: '{lab.base_url}'}}]\n"
+            f"recording: {{enabled: true, directory: '{recordings}'}}\n"
+        )
+        command = steadystream_command("gateway", "--config", str(config))
+        with Child("the gateway", command, health_url=f"{url}/healthz") as gateway:
+            assert gateway.pid is not None
+            wait_for(lambda: len(children(gateway.pid)) == 2)
+            first = children(gateway.pid)
+            for _ in range(10):
+                stream(url)
+            # Whichever worker answers the scrape, it counts every worker's streams.
+            wait_for(lambda: streams_total(url) == 10)
+            assert [streams_total(url) for _ in range(6)] == [10] * 6
+
+            os.kill(gateway.pid, signal.SIGHUP)  # reload: new workers, the port keeps answering
+            wait_for(lambda: len(children(gateway.pid)) == 2 and not children(gateway.pid) & first)
+            for _ in range(4):
+                stream(url)
+            wait_for(lambda: streams_total(url) == 14)  # the replaced workers' streams count
+            last = children(gateway.pid)
+            gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            assert gateway.process.wait(timeout=30) == 0  # type: ignore[union-attr]
+    for pid in first | last:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # A file per worker that served a stream (its pid in the name; the kernel chooses which
+    # worker takes a connection), whole lines only: both edges of all 14 streams.
+    files = sorted(recordings.glob("*.jsonl"))
+    pids = [int(f.name.split("-")[2]) for f in files]
+    assert len(pids) == len(set(pids)) >= 2  # one before the reload and one after, at least
+    assert set(pids) <= first | last
+    runs = [read_jsonl(f) for f in files]
+    assert all(run.truncated_line is None for run in runs)
+    assert sum(len(run.timelines) for run in runs) == 28
+
+
+# -- the parent, in this process, with workers that only wait -----------------------------------
+
+
+def idle_worker(*args: object, **kwargs: object) -> None:
+    """A worker's serving, replaced: wait for the parent's SIGTERM (the default ends us)."""
+    time.sleep(60)
+
+
+def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> None:
+    from steadystream.gateway import workers
+
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
+    reloads = iter([ConfigError("gateway.yaml: key 'x': bad"), config])
+
+    def reload() -> GatewayConfig:
+        found = next(reloads)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    seen: dict[str, set[int]] = {}
+    me = os.getpid()
+    others = children(me)  # this process may have children already (a session's local Ray)
+
+    def workers_now() -> set[int]:
+        return children(me) - others
+
+    def drive() -> None:
+        try:
+            wait_for(lambda: len(workers_now()) == 2)
+            seen["first"] = workers_now()
+            os.kill(min(seen["first"]), signal.SIGKILL)  # a worker dies: it is replaced
+            wait_for(lambda: len(workers_now()) == 2 and min(seen["first"]) not in workers_now())
+            seen["replaced"] = workers_now()
+            os.kill(me, signal.SIGHUP)  # a bad configuration: refused, the workers stay
+            time.sleep(0.6)
+            assert workers_now() == seen["replaced"]
+            os.kill(me, signal.SIGHUP)  # a good one: every worker replaced
+            wait_for(lambda: len(workers_now()) == 2 and not workers_now() & seen["replaced"])
+            seen["reloaded"] = workers_now()
+        finally:
+            os.kill(me, signal.SIGTERM)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    workers.serve_workers(config, sock, idle_worker, reload=reload)
+    driver.join()
+    assert set(seen) == {"first", "replaced", "reloaded"}
+    assert workers_now() == set()  # every worker stopped and reaped
+    assert sock.fileno() == -1  # the parent closed the port
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handlers given back
