@@ -40,7 +40,12 @@ def main() -> None:
         import ray
 
         started = time.perf_counter()
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+        )
         start_s = time.perf_counter() - started
         started = time.perf_counter()
         on_ray = analyze_files([tmp], config, ray=True)

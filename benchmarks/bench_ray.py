@@ -121,7 +121,13 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
     rows: dict[str, list[dict[str, float | None]]] = {"one process": [], "ray": []}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):

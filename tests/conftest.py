@@ -50,7 +50,13 @@ def ray_local() -> Iterator[Any]:
     """
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",  # loopback only, as every test server here
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
     try:
         yield ray
     finally:

@@ -8,6 +8,7 @@ running; otherwise one is opened for the work and shut down after it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,9 +47,13 @@ def connected(address: str | None = None) -> Iterator[Any]:
     if ray.is_initialized():
         yield ray  # the caller's own session: theirs to shut down
         return
+    # A Ray started here serves this machine alone: keep its processes on loopback rather
+    # than on the host's network address. A cluster joined by address keeps its own.
+    local = address is None and not os.environ.get("RAY_ADDRESS")
     try:
         ray.init(
             address=address,
+            _node_ip_address="127.0.0.1" if local else None,
             include_dashboard=False,
             # Workers' own output would land in the middle of --json on stdout; their
             # errors come back as values or as Ray's exceptions instead.
