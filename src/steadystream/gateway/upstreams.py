@@ -18,8 +18,9 @@ kernel's receive stamps where the platform gives them) and is read through
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -58,9 +59,7 @@ _ERROR_BODY_LIMIT = 4096
 # A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
 # parser restores it, so a key written that way is a key sent. Escapes are matched left to
 # right, two characters at a time, so an escaped backslash is never taken for an escape's start.
-_ESCAPED = re.compile(r"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
 _ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
-_ASCII_ESCAPE = re.compile(r"\\(?:u00[2-7]|/)")
 _ASCII_ESCAPE_BYTES = re.compile(rb"\\(?:u00[2-7]|/)")
 _KEY_START = 8  # the characters of a key that, quoted cut short, are hidden all the same
 _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
@@ -94,13 +93,18 @@ def _hide_key_starts(text: str, key: str) -> str:
     return text
 
 
-def _unescape(match: re.Match[str]) -> str:
-    escape = match.group(1)
-    if escape == "/":
-        return "/"
-    if len(escape) == 5 and (char := chr(int(escape[3:], 16))) not in _KEEP_ESCAPED:
-        return char
-    return match.group(0)
+def _scrub(data: bytes, keys: Sequence[bytes]) -> bytes:
+    """``data`` with every key, written plain or JSON-escaped, replaced by ``***``."""
+    # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d cannot):
+    # most answers with escapes skip the rewrite.
+    if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
+        plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
+        if any(key in plain for key in keys):
+            data = plain  # still valid JSON: only harmless escapes were undone
+    for key in keys:
+        if key in data:
+            data = data.replace(key, b"***")
+    return data
 
 
 def _unescape_bytes(match: re.Match[bytes]) -> bytes:
@@ -244,13 +248,10 @@ class UpstreamPool:
 
     def redact(self, text: str) -> str:
         """``text`` with every upstream or gateway key replaced by ``***`` (also JSON-escaped)."""
-        if "\\" in text and _ASCII_ESCAPE.search(text):
-            plain = _ESCAPED.sub(_unescape, text)
-            if any(key in plain for key in self._secrets):
-                text = plain
-        for key in self._secrets:
-            if key in text:
-                text = text.replace(key, "***")
+        keys = [key.encode() for key in self._secrets]
+        # The bytes' scrubber, on the text's bytes: one way to undo escapes and hide keys.
+        scrubbed = _scrub(text.encode("utf-8", "surrogatepass"), keys)
+        text = scrubbed.decode("utf-8", "surrogatepass")
         # A message may quote a key cut short (an 80-character preview of a bad chunk, an
         # HTTP parser's excerpt of a bad header): its start, from a few characters on, goes too.
         for key in self._secrets:
@@ -267,20 +268,7 @@ class UpstreamPool:
         keys = [key.encode() for key in self._secrets]
         if not keys:
             return None
-
-        def scrub(data: bytes) -> bytes:
-            # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d
-            # cannot): most answers with escapes skip the rewrite.
-            if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
-                plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
-                if any(key in plain for key in keys):
-                    data = plain  # still valid JSON: only harmless escapes were undone
-            for key in keys:
-                if key in data:
-                    data = data.replace(key, b"***")
-            return data
-
-        return scrub
+        return functools.partial(_scrub, keys=keys)
 
     def _headers(
         self, upstream: UpstreamConfig, request_id: str, client_headers: Mapping[str, str]
