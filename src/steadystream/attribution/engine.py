@@ -62,9 +62,6 @@ class EngineSamples:
     def __len__(self) -> int:
         return len(self.times_s)
 
-    def has(self, name: str) -> bool:
-        return name in self.series and bool(np.isfinite(self.series[name]).any())
-
     def increase(self, name: str, start_s: float, end_s: float) -> float | None:
         """How much counter ``name`` grew from the last scrape at or before ``start_s`` to
         the first at or after ``end_s``; None when the scrapes do not cover the window."""

@@ -102,10 +102,6 @@ class LoopLagSampler:
         """Every lag sampled so far (a copy): samplers of several workers merge exactly."""
         return np.frombuffer(self._lags, dtype=np.int64).copy()
 
-    def recent(self, count: int = 200) -> LagStats:
-        """Statistics of the last ``count`` samples (for a live view)."""
-        return lag_stats(np.frombuffer(self._lags, dtype=np.int64)[-count:])
-
     def max_between(self, start_ns: int, end_ns: int) -> int:
         """The worst lag whose blocked window ``[planned, planned + lag]`` overlaps the span."""
         planned = np.frombuffer(self._planned, dtype=np.int64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,10 +82,6 @@ class EdgeLog:
         self._text_bytes.append(len(text) if text.isascii() else len(text.encode()))
         self._usage.append(piece.usage)
         self.texts.append(text)
-
-    def add_all(self, t: Nanos, pieces: Iterable[Piece]) -> None:
-        for piece in pieces:
-            self.add(t, piece)
 
     def mark_next(self, label: str) -> None:
         """Annotate the gap that ends at the next event (a failover, for example)."""
