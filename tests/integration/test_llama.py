@@ -159,11 +159,14 @@ def test_the_gateway_measures_both_edges(llama: Child) -> None:
         relay = at_downstream - at_upstream
         assert (relay >= 0).all()
         assert np.median(relay) < 5_000_000
-        # The client counts from before the gateway received the request.
-        client_ttft, gateway_ttft = stream_metrics(client).ttft_s, stream_metrics(down).ttft_s
+        # The client counts from before the gateway received the request, and the first token
+        # reached the gateway (stamped on arrival) before it could reach the client. The
+        # downstream edge is no bound here: it is read after the send returns, and the client's
+        # kernel may stamp the bytes before a busy gateway reads its clock.
+        client_ttft, upstream_ttft = stream_metrics(client).ttft_s, stream_metrics(up).ttft_s
         assert client_ttft is not None
-        assert gateway_ttft is not None
-        assert client_ttft >= gateway_ttft - 0.001
+        assert upstream_ttft is not None
+        assert client_ttft >= upstream_ttft - 0.001
 
 
 # -- cancellation ---------------------------------------------------------------------------------
