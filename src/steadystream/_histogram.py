@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -97,9 +97,17 @@ class FastHistogram:
 class Histograms(Collector):
     """Exposes histograms through a registry: ``registry.register(Histograms([...]))``."""
 
-    def __init__(self, histograms: Sequence[FastHistogram]) -> None:
+    def __init__(
+        self,
+        histograms: Sequence[FastHistogram],
+        *,
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
         self.histograms = list(histograms)
+        self._before_collect = before_collect  # brings batched observations in
 
     def collect(self) -> Iterator[Metric]:
+        if self._before_collect is not None:
+            self._before_collect()
         for histogram in self.histograms:
             yield histogram.collect()

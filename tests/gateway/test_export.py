@@ -72,6 +72,37 @@ def test_one_stream_observed_at_both_edges() -> None:
     assert value("steadystream_added_latency_seconds_bucket", le="0.0005") == 1
 
 
+def test_streams_observed_in_one_batch_read_as_if_observed_one_by_one() -> None:
+    streams = []
+    for i in range(40):  # more than one batch, several label sets, one-edge streams too
+        labels = ("m", "chat", f"t{i % 3}", "lab")
+        gaps = [100 + i, 133 + i, 166 + 7 * i, 566 + 11 * i]
+        up = make_timeline(gaps, where=Where.GATEWAY_UPSTREAM)
+        down = make_timeline([g + 1 + i % 4 for g in gaps], where=Where.GATEWAY_DOWNSTREAM)
+        streams.append((labels, (up, down) if i % 5 else (down,), 0.5 + i / 10))
+    one_by_one, batched = GatewayMetrics(CollectorRegistry()), GatewayMetrics(CollectorRegistry())
+    for labels, edges, duration in streams:
+        one_by_one.observe_stream(labels, edges, duration_s=duration)
+        one_by_one.flush()
+        batched.observe_stream(labels, edges, duration_s=duration)
+    # Reading the metrics brings in what is pending: nothing reads stale.
+    got, expected = samples(batched), samples(one_by_one)
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value), key
+    assert (
+        expected[
+            (
+                "steadystream_request_duration_seconds_count",
+                frozenset(
+                    {"model": "m", "route": "chat", "tenant": "t0", "upstream": "lab"}.items()
+                ),
+            )
+        ]
+        == 14
+    )
+
+
 def test_added_latency_needs_events_that_pair() -> None:
     up = make_timeline([100, 133, 166], where=Where.GATEWAY_UPSTREAM, role_ms=None)
     paced = make_timeline([150, 300], where=Where.GATEWAY_DOWNSTREAM, role_ms=None)  # merged

@@ -82,6 +82,24 @@ def test_chunked_body_arrives_in_order_with_rising_stamps(serve: Serve, mode: St
     assert request.endswith(b'\r\n\r\n{"stream": true}')
 
 
+def test_an_address_is_connected_to_without_a_lookup(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lookup costs a thread of the resolver's pool per request; an IP address needs none.
+    async def no_lookups(*args: object, **kwargs: object) -> list[object]:
+        raise AssertionError("getaddrinfo called for an IP address")
+
+    server = serve(events_script(chunked(b"data: 1\n\n")))
+    assert server.url.startswith("http://127.0.0.1:")
+
+    async def run() -> list[tuple[int, bytes]]:
+        monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", no_lookups)
+        return (await exchange(server.url, StampMode.KERNEL))[2]
+
+    pieces = asyncio.run(run())
+    assert b"".join(data for _, data in pieces) == b"data: 1\n\n"
+
+
 def test_content_length_and_close_delimited_bodies(serve: Serve) -> None:
     body = b"data: one\n\ndata: two\n\n"
     fixed = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)

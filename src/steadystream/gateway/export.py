@@ -65,6 +65,7 @@ StreamLabels = tuple[str, str, str, str]
 _STREAM = ("model", "route", "tenant", "upstream")
 _EDGE = (*_STREAM, "edge")
 _EDGES = ("upstream", "downstream")
+_BATCH = 32  # finished streams observed together (GatewayMetrics.flush)
 
 
 class GatewayMetrics:
@@ -125,6 +126,7 @@ class GatewayMetrics:
             ("route",),
             BYTES_BUCKETS,
         )
+        self._ended: list[tuple[StreamLabels, tuple[Timeline, ...], float]] = []
         registry.register(
             Histograms(
                 [
@@ -138,7 +140,8 @@ class GatewayMetrics:
                     self.cancel_latency,
                     self.added_latency,
                     self.buffer_peak,
-                ]
+                ],
+                before_collect=self.flush,
             )
         )
         self.streams = Counter(
@@ -183,22 +186,53 @@ class GatewayMetrics:
         *,
         duration_s: float,
     ) -> None:
-        """One finished stream: ``timelines`` are its (upstream, downstream) edges."""
-        table = stream_table(timelines)
+        """One finished stream: ``timelines`` are its (upstream, downstream) edges.
+
+        Streams are observed in batches (:meth:`flush`): one stream table for a batch's
+        edges costs about what one stream's costs, and a burst of stream ends would
+        otherwise delay every other stream's next write by one table each. Whatever reads
+        the metrics (a scrape, a worker's snapshot) flushes first, so nothing reads stale.
+        """
+        self._ended.append((labels, tuple(timelines), duration_s))
+        if len(self._ended) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Observe the streams that ended since the last flush."""
+        ended, self._ended = self._ended, []
+        if not ended:
+            return
+        table = stream_table([timeline for _, edges, _ in ended for timeline in edges])
         starts = np.concatenate([[0], np.cumsum(table.gap_counts)])
-        for index, edge in enumerate(_EDGES[: len(timelines)]):
-            key = (*labels, edge)
-            self.gap.observe(key, table.gap_values_s[starts[index] : starts[index + 1]])
-            columns = table.columns
-            self.stream_p99_gap.observe(key, columns["gap_p99_s"][index])
-            self.stream_max_gap.observe(key, columns["max_gap_s"][index])
-            self.ttft.observe(key, columns["ttft_s"][index])
-            self.ttfb.observe(key, columns["ttfb_s"][index])
-        self.duration.observe(labels, duration_s)
-        if len(timelines) == 2:
-            self.added_latency.observe(labels, added_latency_s(*timelines))
-        downstream = len(timelines) - 1
-        self.output_tokens.observe(labels, table.columns["output_tokens"][downstream])
+        columns = table.columns
+        per_stream = (
+            (self.stream_p99_gap, columns["gap_p99_s"]),
+            (self.stream_max_gap, columns["max_gap_s"]),
+            (self.ttft, columns["ttft_s"]),
+            (self.ttfb, columns["ttfb_s"]),
+        )
+        # Values gathered by histogram and label set, then observed once per series.
+        gathered: dict[tuple[FastHistogram, tuple[str, ...]], list[npt.ArrayLike]] = {}
+
+        def gather(histogram: FastHistogram, key: tuple[str, ...], values: npt.ArrayLike) -> None:
+            gathered.setdefault((histogram, key), []).append(values)
+
+        row = 0
+        for labels, edges, duration_s in ended:
+            for edge in _EDGES[: len(edges)]:
+                key = (*labels, edge)
+                gather(self.gap, key, table.gap_values_s[starts[row] : starts[row + 1]])
+                for histogram, column in per_stream:
+                    gather(histogram, key, column[row : row + 1])
+                row += 1
+            gather(self.duration, labels, [duration_s])
+            if len(edges) == 2:
+                gather(self.added_latency, labels, added_latency_s(*edges))
+            gather(self.output_tokens, labels, columns["output_tokens"][row - 1 : row])
+        for (histogram, series), parts in gathered.items():
+            histogram.observe(
+                series, np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+            )
 
 
 def added_latency_s(upstream: Timeline, downstream: Timeline) -> npt.NDArray[np.float64]:

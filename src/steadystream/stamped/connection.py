@@ -214,6 +214,8 @@ class StampedConnection:
             await self._wait()
         stamp, data = queued.popleft()
         self._queued_bytes -= len(data)
+        if (rescuer := self._rescuer) is not None:
+            rescuer.loop_work += 1  # the loop handing pieces on is working, not stalled
         return stamp, data
 
     def _enqueue(self, stamp: int, data: bytes) -> bool:
@@ -359,7 +361,7 @@ class StampedConnection:
     def _on_readable(self) -> None:
         rescuer = self._rescuer
         if rescuer is not None:
-            rescuer.loop_reads += 1
+            rescuer.loop_work += 1
         if self.pull():
             self.drain()
 

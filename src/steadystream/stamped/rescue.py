@@ -68,12 +68,13 @@ class StallRescuer:
         self.stall_ns = stall_ns
         self.poll_s = poll_s
         self.rescued_reads = 0
-        self.loop_reads = 0  # reads the loop did itself (counted by the connections)
+        self.loop_work = 0  # reads and hand-overs the loop did (counted by the connections)
         self._watched: dict[int, Drainable] = {}
         self._lock = threading.Lock()
         self._poller = select.epoll()  # kernel-stamped connections: what is readable
         self._errors = select.epoll()  # every connection: reset or hung up (mask 0)
         self._beat_ns = time.monotonic_ns()
+        self._beat_reads = 0  # loop_work at the last heartbeat
         self._thread: threading.Thread | None = None
         self._beating = False
         try:
@@ -116,6 +117,7 @@ class StallRescuer:
 
     def _beat(self) -> None:
         self._beat_ns = time.monotonic_ns()
+        self._beat_reads = self.loop_work
         if self._timer is not None:
             self._timer.arm(self.stall_ns)
         if self._watched:
@@ -149,12 +151,13 @@ class StallRescuer:
         return self._look(working=True)
 
     def _rescue_while_stalled(self) -> None:
-        seen_reads = self.loop_reads
+        # Work since the last heartbeat: a loop that read or handed on while late is working.
+        seen_reads = self._beat_reads
         while time.monotonic_ns() - self._beat_ns > self.stall_ns:
             # A loop working through a burst (reading all the while) is late but not stalled:
             # reading beside it would only contend for the GIL, which it lets go of on every
-            # socket call. A loop that read nothing since our last look is stalled.
-            working, seen_reads = self.loop_reads != seen_reads, self.loop_reads
+            # socket call. A loop that did nothing since our last look is stalled.
+            working, seen_reads = self.loop_work != seen_reads, self.loop_work
             if not self._look(working=working):
                 return
             time.sleep(self.poll_s)
@@ -183,7 +186,7 @@ class StallRescuer:
             self.rescued_reads += len(rescued)
             # One wake-up of the loop per round, not one per connection.
             try:
-                self.loop.call_soon_threadsafe(_drain_all, rescued)
+                self.loop.call_soon_threadsafe(self._drain_rescued, rescued)
             except RuntimeError:  # the loop was closed with connections left open
                 with self._lock:
                     self._watched.clear()
@@ -191,14 +194,17 @@ class StallRescuer:
                 return False
         return True
 
+    def _drain_rescued(self, conns: list[Drainable]) -> None:
+        # On the loop. Parsing what the thread read is work too, or a loop busy with rescued
+        # reads (whose sockets are empty) would look stalled, and the thread would go on
+        # reading for it, burst after burst.
+        self.loop_work += 1
+        for conn in conns:
+            conn.drain()
+
 
 def _register(poller: select.epoll, fd: int, mask: int) -> None:
     try:
         poller.register(fd, mask)
     except FileExistsError:  # a closed connection's number, reused
         poller.modify(fd, mask)
-
-
-def _drain_all(conns: list[Drainable]) -> None:
-    for conn in conns:
-        conn.drain()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,8 @@ async def connect(target: Target, where: str, resolve: Resolve | None) -> socket
     try:
         if resolve is not None:
             addresses = await resolve(target.host, target.port)
+        elif (literal := _ip_literal(target.host, target.port)) is not None:
+            addresses = [literal]  # no lookup (a thread of the resolver's pool) for an address
         else:
             infos = await loop.getaddrinfo(
                 target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
@@ -85,6 +88,16 @@ async def connect(target: Target, where: str, resolve: Resolve | None) -> socket
         return sock
     why = reason(last) if last is not None else "no address"
     raise UpstreamConnectError(f"cannot connect to {where}: {why}") from last
+
+
+def _ip_literal(host: str, port: int) -> tuple[int, tuple[Any, ...]] | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address.version == 6:
+        return socket.AF_INET6, (host, port, 0, 0)
+    return socket.AF_INET, (host, port)
 
 
 def phrase(status: int) -> str:
