@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from steadystream import Outcome, TokenSource, Where
@@ -35,12 +39,49 @@ pytestmark = pytest.mark.integration
 
 MS = 1_000_000
 GAP_TOLERANCE_NS = 5 * MS  # "within a few ms": loopback transit, scheduling noise of a shared box
-# The lab counts TTFT from its engine's arrival, after its own HTTP layer parsed the request;
-# on a busy two-core machine that layer alone takes up to ~5 ms, which the client rightly sees.
-TTFT_TOLERANCE_NS = 8 * MS
+CLOCK_SLACK_NS = 1 * MS  # two processes reading one clock; a kernel stamp's conversion
 
 
-async def ground_truth(url: str, request_ids: list[str]) -> list[dict[str, object]]:
+@dataclass(frozen=True)
+class WriteWindows:
+    """When the lab's writes of a stream's content events happened, as far as the lab knows.
+
+    The lab stamps a write (``written_ns``) after its send call returns; on a busy machine the
+    reader that the write woke often runs first, and the stamp is then late by a time slice.
+    Each write began once its event was due (``planned_ns``) and after the lab stamped its
+    previous write, whatever the load: ``earliest <= write <= latest``. Times from arrival.
+    """
+
+    earliest: npt.NDArray[np.int64]
+    latest: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> WriteWindows:
+        events = record["events"]
+        stamps = sorted({0, *(int(e["written_ns"]) for e in events)})  # 0: the arrival
+        earliest, latest = [], []
+        for event in events:
+            if event["kind"] == "content":
+                written = int(event["written_ns"])
+                before = stamps[bisect.bisect_left(stamps, written) - 1]  # the previous write
+                earliest.append(max(int(event["planned_ns"]), before))
+                latest.append(written)
+        return cls(np.array(earliest, dtype=np.int64), np.array(latest, dtype=np.int64))
+
+    def gap_errors(self, client_gaps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """How far each client gap lies outside what the lab's gap can have been."""
+        shortest = self.earliest[1:] - self.latest[:-1]
+        longest = self.latest[1:] - self.earliest[:-1]
+        return np.maximum(0, np.maximum(shortest - client_gaps, client_gaps - longest))
+
+    def longest_gap_bounds(self) -> tuple[int, int]:
+        """The least and most the lab's longest gap can have been."""
+        return int(np.max(self.earliest[1:] - self.latest[:-1])), int(
+            np.max(self.latest[1:] - self.earliest[:-1])
+        )
+
+
+async def ground_truth(url: str, request_ids: list[str]) -> list[dict[str, Any]]:
     async with aiohttp.ClientSession() as session:
         records = []
         for request_id in request_ids:
@@ -68,19 +109,28 @@ async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(lab_process: LabPr
         truth = compare_stream(client, lab_timeline(record))
         assert truth.paired_events == 40  # the same request ids, event for event
         assert client.where is Where.CLIENT
-        errors.append(truth.gap_errors_ns)
+        windows = WriteWindows.of(record)
+        assert len(windows.latest) == 40
+        client_times = client.times[client.text_mask]
+        errors.append(windows.gap_errors(np.diff(client_times)))
         if client.meta["client_lagged"]:
             continue  # the client said its stamps may be late: that is the contract
         unflagged += 1
         assert truth.max_gap_client_ns is not None
-        assert truth.max_gap_lab_ns is not None
-        assert abs(truth.max_gap_client_ns - truth.max_gap_lab_ns) <= GAP_TOLERANCE_NS
-        assert truth.ttft_client_ns is not None
-        assert truth.ttft_lab_ns is not None
-        # The lab stamps a write when its send call returns; on a busy machine the reader
-        # it woke can run first, and a kernel stamp then precedes the lab's by a few ms.
-        late_lab = GAP_TOLERANCE_NS if client.meta["stamps"] == "kernel" else 0
-        assert -late_lab <= truth.ttft_client_ns - truth.ttft_lab_ns <= TTFT_TOLERANCE_NS
+        least, most = windows.longest_gap_bounds()
+        assert least - GAP_TOLERANCE_NS <= truth.max_gap_client_ns <= most + GAP_TOLERANCE_NS
+        # TTFT, causally: the request was sent before the lab's engine got it and the first
+        # token read after the lab began writing it, so the client's TTFT is no shorter than
+        # the lab's; it is longer by at most the way there (the lab's HTTP layer, slow on a
+        # busy machine: measured here by both sides' wall clocks) and the way back.
+        ttft = truth.ttft_client_ns
+        assert ttft is not None
+        assert client.started_at is not None
+        way_there = round((float(record["started_at"]) - client.started_at) * 1e9)
+        assert way_there >= -CLOCK_SLACK_NS
+        first_earliest, first_latest = int(windows.earliest[0]), int(windows.latest[0])
+        assert first_earliest - CLOCK_SLACK_NS <= ttft
+        assert ttft <= first_latest + way_there + CLOCK_SLACK_NS + GAP_TOLERANCE_NS
     assert unflagged >= 1, "every stream was stamped while the client lagged"
     assert np.median(np.concatenate(errors)) < 1 * MS
 
@@ -151,10 +201,11 @@ async def test_an_interrupted_run_keeps_its_finished_streams(
 
 @pytest.mark.asyncio
 async def test_the_gate_fails_a_jittery_run_and_passes_a_rerun(lab_process: LabProcess) -> None:
-    # Limits wide enough for the noise of a shared machine (a stray 20 ms gap on a 25 ms
-    # cadence), far narrower than a prefill stall (~400 ms on a 25 ms cadence).
+    # Limits wide enough for the noise of a shared machine (a lab process that waited
+    # 100 ms for a core stretches one 25 ms gap to 125 ms, twice the baseline's worst and
+    # more), far narrower than a prefill stall (~400 ms on a 25 ms cadence).
     rules = parse_rules(
-        ["p99_of_worst_gap=100%", "p99_of_p99=100%", "goodput=-2pt"], defaults=False
+        ["p99_of_worst_gap=150ms", "p99_of_p99=150ms", "goodput=-2pt"], defaults=False
     )
 
     async def fleet(base_url: str, concurrency: int) -> FleetMetrics:
@@ -164,11 +215,19 @@ async def test_the_gate_fails_a_jittery_run_and_passes_a_rerun(lab_process: LabP
         return fleet_metrics(result.timelines)
 
     base = await fleet(lab_process.base_url, 8)
-    rerun = await fleet(lab_process.base_url, 8)
+    # A rerun of the same lab passes. Both runs are real streams on a machine that may be
+    # busy: one stretched gap (over the 400 ms stall threshold, goodput's 12.5 points for one
+    # stream in 8) is the machine's, not the lab's, so a rerun may be repeated twice. A gate
+    # that fails a run like its baseline fails all three.
+    reruns = []
+    for _ in range(3):
+        reruns.append(compare(base, await fleet(lab_process.base_url, 8), rules))
+        if reruns[-1].passed:
+            break
+    assert reruns[-1].passed, [row for verdict in reruns for row in verdict.failures]
     # Two rounds of one-second streams: longer than the 1.5 s between prefill stalls.
     with lab_in_a_process("prefill-interference") as jittery_lab:
         jittery = await fleet(jittery_lab.base_url, 4)
-    assert compare(base, rerun, rules).passed
     verdict = compare(base, jittery, rules)
     assert not verdict.passed
     assert {"p99_of_worst_gap_s", "goodput"} <= {row.metric for row in verdict.failures}

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 # Gemma's <eos> and <end_of_turn> made impossible: an answer exactly as long as asked for.
 NO_EOS = {"1": -100, "106": -100}
 LONG_TOKENS = 400  # about 7 s at ~55 tokens/s: far longer than anything the tests wait for
-READ_BEFORE_LEAVING = 10
+READ_BEFORE_LEAVING = 20
 
 
 def completion(
@@ -155,10 +155,14 @@ def test_the_gateway_measures_both_edges(llama: Child) -> None:
         assert up.outcome is down.outcome is Outcome.COMPLETE
         at_upstream, at_downstream, at_client = text_times(up), text_times(down), text_times(client)
         assert len(at_upstream) == len(at_downstream) == len(at_client) > 0
-        # One origin for both edges: each event went out after it came in, and soon.
+        # One origin for both edges: each event went out after it came in, and soon: well
+        # before the next one came (a relay that held each event until the next, or lumped
+        # them, would take a gap). The engine's cadence on this machine, as loaded as it is,
+        # is the measure; 5 ms where the engine is faster than that.
         relay = at_downstream - at_upstream
         assert (relay >= 0).all()
-        assert np.median(relay) < 5_000_000
+        cadence = np.median(np.diff(at_upstream)) if len(at_upstream) > 2 else 0
+        assert np.median(relay) < max(5_000_000, cadence / 2), (relay, cadence)
         # The client counts from before the gateway received the request, and the first token
         # reached the gateway (stamped on arrival) before it could reach the client. The
         # downstream edge is no bound here: it is read after the send returns, and the client's
@@ -173,17 +177,23 @@ def test_the_gateway_measures_both_edges(llama: Child) -> None:
 
 
 def abandon(base_url: str, path: str) -> float:
-    """Start a long generation, read a few tokens, leave; the tokens/s seen before leaving."""
+    """Start a long generation, read a few tokens, leave; how long the rest would have taken.
+
+    The pace is timed over the tokens after the first (not the prompt's prefill), over
+    READ_BEFORE_LEAVING tokens, so that a read that came late and took two tokens at once
+    moves it little.
+    """
     sock = connect(base_url)
     try:
         sock.sendall(raw_request(base_url, path, completion(LONG_TOKENS, logit_bias=NO_EOS)))
         first = read_until(sock, b"data: ", count=1)
         started = time.perf_counter()
         seen = first + read_until(sock, b"data: ", count=READ_BEFORE_LEAVING)
-        rate = (seen.count(b"data: ") - 1) / (time.perf_counter() - started)
+        took = time.perf_counter() - started
     finally:
         sock.close()
-    return rate
+    tokens = seen.count(b"data: ")
+    return (LONG_TOKENS - tokens) * took / (tokens - 1)
 
 
 def next_request_time(base_url: str) -> float:
@@ -195,19 +205,22 @@ def next_request_time(base_url: str) -> float:
     return took
 
 
-def assert_not_delayed(took: float, rate: float) -> None:
+def assert_not_delayed(took: float, baseline: float, remaining: float) -> None:
     # Had the abandoned generation gone on, this request would have queued behind the rest of
-    # it: the server runs one generation at a time.
-    remaining = (LONG_TOKENS - READ_BEFORE_LEAVING) / rate
-    print(f"\nnext request: {took:.2f} s; the abandoned answer had {remaining:.1f} s to go")
+    # it (the server runs one generation at a time): it would have taken the time the same
+    # request took before, measured side by side on this machine as loaded as it is, plus the
+    # rest. A fixed budget in seconds is no measure on a busy machine: both are slower there.
+    print(f"\nnext request: {took:.2f} s (before: {baseline:.2f} s);", end=" ")
+    print(f"the abandoned answer had {remaining:.1f} s to go")
     assert remaining > 3.0
-    assert took < min(1.5, remaining / 3), (took, remaining)
+    assert took < 2 * baseline + remaining / 3, (took, baseline, remaining)
 
 
 def test_a_client_that_leaves_stops_the_generation(llama: Child) -> None:
-    rate = abandon(f"{llama.url}/v1", "/completions")
+    baseline = next_request_time(f"{llama.url}/v1")
+    remaining = abandon(f"{llama.url}/v1", "/completions")
     took = next_request_time(f"{llama.url}/v1")
-    assert_not_delayed(took, rate)
+    assert_not_delayed(took, baseline, remaining)
     wait_for(lambda: "Disconnected from client" in llama.log_text() or None, what="its log")
 
 
@@ -220,15 +233,20 @@ def test_through_the_gateway_too(llama: Child) -> None:
         }
     )
     with GatewayServer(config, recorder=sink) as gateway:
-        rate = abandon(gateway.base_url, "/completions")
+        baseline = next_request_time(gateway.base_url)
+        remaining = abandon(gateway.base_url, "/completions")
         took = next_request_time(gateway.base_url)
-        assert_not_delayed(took, rate)
+        assert_not_delayed(took, baseline, remaining)
         cancelled = wait_for(
             lambda: next((t for t in sink.timelines if t.outcome is Outcome.CANCELLED), None),
             what="the cancelled stream's record",
         )
-    assert cancelled.meta["cancel_latency_ns"] is not None
-    assert cancelled.meta["cancel_latency_ns"] < 100_000_000  # upstream closed at once
+    # The upstream was closed at once, not when its answer ended (the rest: seconds) nor at
+    # the 5 s stall timeout. In milliseconds on a quiet machine; a busy one may hold the
+    # gateway's thread off its core for a while, so the bound is a share of the rest.
+    latency = cancelled.meta["cancel_latency_ns"]
+    assert latency is not None
+    assert latency < min(remaining / 3, 1.0) * 1e9, (latency, remaining)
 
 
 # -- failover -------------------------------------------------------------------------------------

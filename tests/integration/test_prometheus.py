@@ -155,9 +155,17 @@ def test_p99_of_p99_agrees_with_the_recorded_timelines(scraped: Scraped) -> None
         f" {len(per_stream)} streams; rate() form {rated * 1e3:.2f} ms"
     )
     # The client saw the same streams a loopback hop later: the same bucket or the next one.
-    client = fleet_metrics([t for t in scraped.clients if t.outcome is Outcome.COMPLETE])
-    assert client.p99_of_p99_s is not None
-    assert abs(bucket(client.p99_of_p99_s) - bucket(offline)) <= 1
+    # The same streams: the gateway's recordings of the client's complete ones. All of them
+    # hold the cancelled ones and the one that failed over (a gap of a stall timeout, which
+    # numpy's p99 interpolates towards), so their p99 of p99 is another population's.
+    complete = [t for t in scraped.clients if t.outcome is Outcome.COMPLETE]
+    ids = {t.stream_id for t in complete}
+    same = [t for t in scraped.recorded if t.stream_id in ids]
+    assert len(same) == len(complete) > 0
+    client, gateway = fleet_metrics(complete).p99_of_p99_s, fleet_metrics(same).p99_of_p99_s
+    assert client is not None
+    assert gateway is not None
+    assert abs(bucket(client) - bucket(gateway)) <= 1, (client, gateway)
 
 
 # -- the Grafana dashboard ------------------------------------------------------------------------
