@@ -121,8 +121,10 @@ def test_buffering_on_is_found_with_the_first_byte_late(lab: Child, tmp_path: Pa
     assert "after the upstream's first token" in both.message
     table = stream_table([*lab_side, *client])
     per_arrival = table.column("chunks_per_arrival")
-    assert (per_arrival[:STREAMS] == 1.0).all()  # the lab: one event per write
-    assert (per_arrival[STREAMS:] >= 4.0).all()  # the client: lumps of a buffer-full
+    # The lab wrote event by event, save where it woke late and wrote what was due at once
+    # (a busy machine); the client got lumps of a buffer-full.
+    assert (per_arrival[:STREAMS] < 2.0).all()
+    assert (per_arrival[STREAMS:] >= 4.0).all()
     ttfb_late = table.column("ttfb_s")[STREAMS:] - table.column("ttft_s")[:STREAMS]
     assert (ttfb_late > 0.1).all(), ttfb_late
 

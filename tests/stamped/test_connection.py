@@ -7,6 +7,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -279,3 +280,45 @@ def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
     pieces = asyncio.run(pull())
     assert b"".join(data for _, data in pieces) == b"".join(bodies)
     assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_pieces_read_before_a_reset_are_handed_on_before_it(serve: Serve, loop: str) -> None:
+    """Failed before: when the last piece and the reset were read together (the rescuer's
+    thread reads both while the loop is busy, as on a loaded machine), the reader awaiting the
+    next piece got the reset and the piece was lost: the gateway relayed one token less than
+    the upstream wrote before it broke."""
+    got_first = threading.Event()
+
+    def last_then_reset(peer: socket.socket) -> None:
+        peer.sendall(SSE_HEAD + chunked(b"data: 1\n\n"))
+        got_first.wait(5)
+        peer.sendall(chunked(b"data: 2\n\n"))
+        time.sleep(0.02)  # both in the client's socket before its loop looks again
+        reset(peer)
+
+    server = serve(last_then_reset)
+    pieces: list[bytes] = []
+
+    async def pull() -> None:
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
+        )
+        try:
+            await conn.send("POST", {}, b"{}")
+            while True:
+                _, data = await conn.next_piece()
+                pieces.append(data)
+                if len(pieces) == 1:
+                    got_first.set()
+                    time.sleep(0.3)  # a busy loop: the rescuer reads for it meanwhile
+        finally:
+            conn.close()
+
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with (
+        asyncio.Runner(loop_factory=factory) as runner,
+        pytest.raises(UpstreamStreamError, match=r"connection lost mid-stream: .*reset"),
+    ):
+        runner.run(pull())
+    assert b"".join(pieces) == b"data: 1\n\ndata: 2\n\n"

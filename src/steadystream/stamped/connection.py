@@ -210,8 +210,16 @@ class StampedConnection:
         while not queued:
             if self._ended:
                 return self._stamp, b""
+            if self._error is not None:
+                raise self._error
             self._start_reading()
-            await self._wait()
+            try:
+                await self._wait()
+            except Exception:
+                # Pieces read before the failure, in the same drain (the rescuer reads a
+                # piece and the reset behind it together), go out first; the failure next.
+                if not queued:
+                    raise
         stamp, data = queued.popleft()
         self._queued_bytes -= len(data)
         if (rescuer := self._rescuer) is not None:
