@@ -68,12 +68,6 @@ class WriteWindows:
                 latest.append(written)
         return cls(np.array(earliest, dtype=np.int64), np.array(latest, dtype=np.int64))
 
-    def gap_errors(self, client_gaps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """How far each client gap lies outside what the lab's gap can have been."""
-        shortest = self.earliest[1:] - self.latest[:-1]
-        longest = self.latest[1:] - self.earliest[:-1]
-        return np.maximum(0, np.maximum(shortest - client_gaps, client_gaps - longest))
-
     def longest_gap_bounds(self) -> tuple[int, int]:
         """The least and most the lab's longest gap can have been."""
         return int(np.max(self.earliest[1:] - self.latest[:-1])), int(
@@ -109,27 +103,30 @@ async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(lab_process: LabPr
         truth = compare_stream(client, lab_timeline(record))
         assert truth.paired_events == 40  # the same request ids, event for event
         assert client.where is Where.CLIENT
+        # Against the lab's stamps as they are: a few stamped late move the median little.
+        errors.append(truth.gap_errors_ns)
         windows = WriteWindows.of(record)
         assert len(windows.latest) == 40
-        client_times = client.times[client.text_mask]
-        errors.append(windows.gap_errors(np.diff(client_times)))
         if client.meta["client_lagged"]:
             continue  # the client said its stamps may be late: that is the contract
         unflagged += 1
         assert truth.max_gap_client_ns is not None
         least, most = windows.longest_gap_bounds()
         assert least - GAP_TOLERANCE_NS <= truth.max_gap_client_ns <= most + GAP_TOLERANCE_NS
-        # TTFT, causally: the request was sent before the lab's engine got it and the first
-        # token read after the lab began writing it, so the client's TTFT is no shorter than
-        # the lab's; it is longer by at most the way there (the lab's HTTP layer, slow on a
-        # busy machine: measured here by both sides' wall clocks) and the way back.
+        # TTFT, causally: the request went out before the lab's engine got it and the first
+        # token was read after the lab began writing it, so the client's TTFT is no shorter
+        # than the lab's, save that the client stamps "sent" after its send call returns, up
+        # to send_ms after it began (late, when a busy machine runs the lab first). It is
+        # longer by at most the way there (the lab's HTTP layer, slow on a busy machine: both
+        # sides' wall clocks measure it, from the client's begin) and the way back.
         ttft = truth.ttft_client_ns
         assert ttft is not None
         assert client.started_at is not None
+        send_ns = round(float(client.meta["send_ms"]) * MS)
         way_there = round((float(record["started_at"]) - client.started_at) * 1e9)
         assert way_there >= -CLOCK_SLACK_NS
         first_earliest, first_latest = int(windows.earliest[0]), int(windows.latest[0])
-        assert first_earliest - CLOCK_SLACK_NS <= ttft
+        assert first_earliest - send_ns - CLOCK_SLACK_NS <= ttft, (first_earliest, send_ns)
         assert ttft <= first_latest + way_there + CLOCK_SLACK_NS + GAP_TOLERANCE_NS
     assert unflagged >= 1, "every stream was stamped while the client lagged"
     assert np.median(np.concatenate(errors)) < 1 * MS

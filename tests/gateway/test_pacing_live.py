@@ -73,7 +73,10 @@ def test_a_tenants_pacer_spaces_the_tokens_out(
     assert np.median(text_gaps_ms(up)) < 45  # the lab's 25 ms cadence, at the upstream edge
     gaps = text_gaps_ms(down)  # the pacer's 90 ms, at the client edge
     assert np.median(gaps) >= 85
-    assert gaps.min() >= 60
+    # No two tokens let out together. Each is stamped when its send returned: a send that a
+    # busy machine held up stamps late and shortens the gap after it by as much (the next
+    # release is timed from the pacer's, not from the stamp), so half an interval, not 60 ms.
+    assert gaps.min() >= 45
     assert down.meta["pacer"].startswith("<Leaky")
     assert (down.times[down.text_mask][-1]) > up.times[up.text_mask][-1]
 
