@@ -51,6 +51,11 @@ class ScriptedServer:
             except (OSError, ssl.SSLError) as exc:
                 self.errors.append(exc)
 
+    @property
+    def running(self) -> bool:
+        """The script is still running (it has not written everything yet)."""
+        return self._thread.is_alive()
+
     def timed_write(self, peer: socket.socket, data: bytes) -> None:
         before = time.perf_counter_ns()
         peer.sendall(data)

@@ -31,13 +31,19 @@ def tokens_20ms_apart(peer: socket.socket) -> None:
     peer.sendall(chunked(DONE) + b"0\r\n\r\n")
 
 
-async def stream_with_a_busy_loop(url: str, mode: StampMode) -> dict[str, object]:
+async def stream_with_a_busy_loop(server: ScriptedServer, mode: StampMode) -> dict[str, object]:
+    url = server.url.removesuffix("/chat/completions")
     client = StreamClient(Endpoint(url, "m", usage="off"), MonotonicClock(), stamps=mode)
     task = asyncio.ensure_future(client.stream(SPEC, "r1"))
-    await asyncio.sleep(0.02)  # the request is out and the head is on its way
-    busy_until = time.monotonic() + 0.3  # the tokens come 30-90 ms in: margin for a busy box
-    while time.monotonic() < busy_until:  # Python work holding the GIL: no thread can read
-        pass
+    deadline = time.monotonic() + 10
+    while not server.requests:  # the request is out (a busy machine may take a while)
+        assert time.monotonic() < deadline, "the request did not reach the server"
+        await asyncio.sleep(0.002)
+    # Python work holding the GIL, so no thread can read: past the tokens (30-90 ms in) and
+    # until the server wrote them all, however late a busy machine ran it.
+    busy_until = time.monotonic() + 0.3
+    while time.monotonic() < busy_until or server.running:
+        assert time.monotonic() < deadline, "the server did not finish its script"
     sent = await task
     return dict(sent.timeline.meta) | {"events": len(sent.timeline)}
 
@@ -52,7 +58,7 @@ def test_meta_says_which_stamps_and_how_many_events_shared_one(
         StallRescuer, "watch", lambda self, conn, rescue: watch(self, conn, rescue=False)
     )
     server = serve(tokens_20ms_apart)
-    meta = asyncio.run(stream_with_a_busy_loop(server.url.removesuffix("/chat/completions"), mode))
+    meta = asyncio.run(stream_with_a_busy_loop(server, mode))
     assert meta["stamps"] == mode.value
     if mode is StampMode.KERNEL:
         # Tokens that waited together in the kernel while the loop was busy share the last

@@ -30,13 +30,19 @@ def five_events(server_box: list[ScriptedServer]) -> Script:
     return script
 
 
-async def blocked_reader(url: str, mode: StampMode) -> list[int]:
+async def blocked_reader(server: ScriptedServer, mode: StampMode) -> list[int]:
     clock = MonotonicClock()
-    conn = await StampedConnection.open(Target.from_url(url), clock, mode)
+    conn = await StampedConnection.open(Target.from_url(server.url), clock, mode)
     try:
         await conn.send("POST", {"Content-Type": "application/json"}, b"{}")
         await conn.head()
-        time.sleep(BLOCK_S)  # the event loop (the reader) is blocked while the events arrive
+        # The event loop (the reader) is blocked while the events arrive: for BLOCK_S, and
+        # until the sender wrote them all (a busy machine may run it late).
+        blocked_until = time.monotonic() + BLOCK_S
+        deadline = blocked_until + 10
+        while time.monotonic() < blocked_until or len(server.write_ns) < EVENTS:
+            assert time.monotonic() < deadline, "the sender did not write its events"
+            time.sleep(0.005)
         decoder = SseDecoder()
         stamps: list[int] = []
 
@@ -54,7 +60,7 @@ def run_blocked(serve: object, mode: StampMode) -> tuple[list[int], list[tuple[i
     box: list[ScriptedServer] = []
     server = serve(five_events(box))  # type: ignore[operator]
     box.append(server)
-    stamps = asyncio.run(blocked_reader(server.url, mode))
+    stamps = asyncio.run(blocked_reader(server, mode))
     return stamps, server.write_ns
 
 
