@@ -1,47 +1,49 @@
 """Replaying a run with no injection reproduces its gaps: recorded vs replayed-and-re-recorded.
 
 The replay runs as its own process (`steadystream replay`, as a user starts it) and the
-streams are re-recorded over loopback, stamped as reads complete (as the bench client does).
+streams are re-recorded over loopback by the bench client with kernel stamps (when each packet
+reached the socket: a client run late by a busy machine reads late but stamps true).
 Tolerance, on a loaded two-core machine: the median of |replayed gap - recorded gap| is at
 most 3 ms and nine gaps in ten are within 15 ms; each stream keeps its cadence (median gap
 within 2 ms) and its length (within 2 %); the recorded 2 s pause comes back within 30 ms.
-Single gaps can be off by 50-150 ms when the machine is busy (either process descheduled),
+Single gaps can be off by 50-150 ms when the machine is busy (the replay descheduled),
 which is why no single gap, nor a stream's p99 of 199 gaps, is held to the tolerance.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 import pytest
 
+from steadystream._clock import MonotonicClock
 from steadystream._processes import Child, free_port, steadystream_command
+from steadystream.bench.client import StreamClient
+from steadystream.bench.endpoint import Endpoint
+from steadystream.bench.workload import RequestSpec
 from steadystream.files import read_timelines
-from steadystream.protocol.openai import timeline_from_sse
 from steadystream.replay import STREAM_HEADER
+from steadystream.stamped import StampMode
 from steadystream.timeline import Timeline
 from tests.report.conftest import SAMPLE_RUN
 
 pytestmark = pytest.mark.integration
 
 MS = 1_000_000
+SPEC = RequestSpec(0, ({"role": "user", "content": "hi"},), 4096, 1)
 
 
 async def rerecord(url: str, stream_id: str) -> Timeline:
-    async with aiohttp.ClientSession() as session:
-        sent = time.perf_counter_ns()
-        reads: list[tuple[int, bytes]] = []
-        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        headers = {STREAM_HEADER: stream_id}
-        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
-            assert r.status == 200
-            async for chunk in r.content.iter_any():
-                reads.append((time.perf_counter_ns() - sent, chunk))
-    return timeline_from_sse(reads, stream_id=stream_id)
+    """The replayed stream as the bench client records it: kernel stamps (when each packet
+    reached the socket), so a client that a busy machine ran late reads late but stamps true:
+    what is measured is the replay's timing."""
+    endpoint = Endpoint(f"{url}/v1", "m", headers=((STREAM_HEADER, stream_id),), usage="off")
+    client = StreamClient(endpoint, MonotonicClock(), stamps=StampMode.KERNEL)
+    sent = await client.stream(SPEC, stream_id)
+    assert sent.timeline.meta["http_status"] == 200
+    return sent.timeline
 
 
 def gaps(timeline: Timeline) -> np.ndarray:
