@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _synthetic import write_synthetic_jsonl
 from steadystream.analysis import analyze_files, timeline_files
@@ -57,16 +58,7 @@ def main() -> None:
         here = analyze_files([tmp], config)
         here_s = time.perf_counter() - started
 
-        import ray
-
-        started = time.perf_counter()
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
-        start_s = time.perf_counter() - started
+        ray, start_s = start_ray()
         started = time.perf_counter()
         on_ray = analyze_files([tmp], config, ray=True)
         ray_s = time.perf_counter() - started
@@ -75,6 +67,20 @@ def main() -> None:
     print(f"one process: {here_s:.2f} s ({events / here_s / 1e6:.2f} M events/s)")
     print(f"Ray, a task per file: {ray_s:.2f} s ({events / ray_s / 1e6:.2f} M events/s)")
     print(f"Ray's start (once per cluster): {start_s:.2f} s; fleet metrics equal: {same}")
+
+
+def start_ray() -> tuple[Any, float]:
+    """A local Ray on this machine's CPUs, on loopback, and how long it took to start."""
+    import ray
+
+    started = time.perf_counter()
+    ray.init(
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    return ray, time.perf_counter() - started
 
 
 def explain_both(folder: Path, events: int) -> None:
@@ -86,16 +92,7 @@ def explain_both(folder: Path, events: int) -> None:
     here_s = time.perf_counter() - started
     del timelines
 
-    import ray
-
-    started = time.perf_counter()
-    ray.init(
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
-    start_s = time.perf_counter() - started
+    ray, start_s = start_ray()
     times = []
     for _ in range(2):  # the first call also starts Ray's worker processes
         started = time.perf_counter()

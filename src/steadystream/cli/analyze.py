@@ -15,6 +15,7 @@ from steadystream.cli._options import (
     QoeExpectedTtft,
     QoeForm,
     QoePace,
+    RayAddress,
     StallThreshold,
     TtftTarget,
     exit_on_error,
@@ -53,10 +54,7 @@ def analyze(
             " the ray extra; a local Ray unless RAY_ADDRESS or --ray-address says where).",
         ),
     ] = False,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
-    ] = None,
+    ray_address: RayAddress = None,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
     from steadystream.analysis import timeline_files

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._options import RayAddress, duration_ns, exit_on_error
 
 
 @app.command()
@@ -45,10 +45,7 @@ def explain(
             " where). The same explanation as without it.",
         ),
     ] = False,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
-    ] = None,
+    ray_address: RayAddress = None,
 ) -> None:
     """Every stall's cause (or unknown), how sure, and why; stall time by cause; mitigations."""
     from steadystream.analysis import timeline_files
