@@ -16,6 +16,7 @@ the two explanations are equal.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tempfile
 import time
@@ -78,7 +79,7 @@ def start_ray() -> tuple[Any, float]:
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
     )
     return ray, time.perf_counter() - started
 

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import tempfile
 import time
@@ -170,7 +171,7 @@ def main() -> None:
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="WARNING",
+        logging_level=logging.WARNING,
     )
     rows: dict[str, list[dict[str, float | None]]] = {"one process": [], "ray": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,8 +200,8 @@ def main() -> None:
     # within: every Ray run inside the one-process range; overlap: the two ranges meet.
     print(f"{'metric':<22} {'one process (min..max)':>26} {ray_column:>26}  within  overlap")
     for name in names:
-        single = [r[name] for r in rows["one process"] if r[name] is not None]
-        multi = [r[name] for r in rows["ray"] if r[name] is not None]
+        single = [v for r in rows["one process"] if (v := r[name]) is not None]
+        multi = [v for r in rows["ray"] if (v := r[name]) is not None]
         if not single or not multi:
             continue
         lo, hi = min(single), max(single)
