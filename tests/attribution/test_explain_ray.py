@@ -76,15 +76,18 @@ def test_ray_gives_the_single_process_explanation(
 
 def cross_files(tmp_path: Path) -> list[Path]:
     """Request `a` seen at the client (file 1) and at the gateway (file 2); `b`..`e` pause
-    with each other across both files; engine metrics beside file 1 (a preemption)."""
+    with each other across both files; `g` has no wall clock, `h` no text; file 4 is empty;
+    engine metrics beside file 1 (a preemption)."""
     gap = [*cadence(30, 10), *cadence(30 + 9 * 25 + 600, 10)]  # 600 ms, ending at text 10
     client = [stream(gap, stream_id="a")]
     client += [stream(gap, stream_id=s, start_ms=5) for s in ("b", "c")]
+    client += [stream(gap, stream_id="g").replace(started_at=None), stream([], stream_id="h")]
     gateway = [stream(cadence(28, 30), stream_id="a", where=Where.GATEWAY_UPSTREAM)]
     gateway += [stream(gap, stream_id=s, start_ms=5) for s in ("d", "e")]
     late = [stream([*cadence(30, 5), 3000.0], stream_id="f", start_ms=8000)]
-    paths = [tmp_path / "client.jsonl", tmp_path / "gateway.jsonl", tmp_path / "late.parquet"]
-    for path, timelines in zip(paths, (client, gateway, late), strict=True):
+    names = ("client.jsonl", "gateway.jsonl", "late.parquet", "none.jsonl")
+    paths = [tmp_path / name for name in names]
+    for path, timelines in zip(paths, (client, gateway, late, []), strict=True):
         write_timelines(path, timelines)
     lines = [
         {"schema": SCHEMA, "t": T0 + 7.5 + t / 4, "values": {"vllm:num_preemptions_total": t}}
@@ -112,6 +115,7 @@ def test_cli_explain_ray_joins_edges_and_engine_across_files(
     assert "paused and resumed with it" in by_stream["b"]["evidence"]  # d, e in file 2
     assert by_stream["f"]["cause"] == "kv-preemption"
     assert by_stream["f"]["confidence"] == 0.9  # the engine metrics beside file 1
+    assert "did not pause with it" not in by_stream["g"]["evidence"]  # no clock, no neighbours
     assert "engine metrics (20 scrapes)" in here_data["sources"]
     assert len(here_data["most_hurt"]) == 3
     assert here_data["truth"]["unmatched_stalls"] == len(here_data["stalls"]) - 1
