@@ -29,36 +29,42 @@ _START_WALL = 1_763_700_000.0  # a fixed wall clock, so files are byte-for-byte 
 
 
 def synthetic_timelines(
-    streams: int = 100_000, chunks: int = 200, *, seed: int = 0
+    streams: int = 100_000, chunks: int = 200, *, seed: int = 0, prefix: str = "syn"
 ) -> list[Timeline]:
-    """``streams`` timelines of ``chunks`` events each (role and usage chunks included)."""
-    return [t for batch in iter_synthetic(streams, chunks, seed=seed) for t in batch]
+    """``streams`` timelines of ``chunks`` events each (role and usage chunks included),
+    with stream ids ``{prefix}-00000000`` on."""
+    return [t for batch in iter_synthetic(streams, chunks, seed=seed, prefix=prefix) for t in batch]
 
 
 def iter_synthetic(
-    streams: int = 100_000, chunks: int = 200, *, seed: int = 0
+    streams: int = 100_000, chunks: int = 200, *, seed: int = 0, prefix: str = "syn"
 ) -> Iterator[list[Timeline]]:
     """The same timelines as :func:`synthetic_timelines`, a batch at a time."""
     if chunks < 2:
         raise ValueError("chunks must be at least 2: a role chunk and a usage chunk")
     for index, first in enumerate(range(0, streams, BATCH_STREAMS)):
         count = min(BATCH_STREAMS, streams - first)
-        yield _batch(np.random.default_rng([seed, index]), first, count, chunks)
+        yield _batch(np.random.default_rng([seed, index]), first, count, chunks, prefix)
 
 
 def write_synthetic_jsonl(
-    path: str | os.PathLike[str], streams: int = 100_000, chunks: int = 200, *, seed: int = 0
+    path: str | os.PathLike[str],
+    streams: int = 100_000,
+    chunks: int = 200,
+    *,
+    seed: int = 0,
+    prefix: str = "syn",
 ) -> int:
     """Write the synthetic timelines to a JSONL file a batch at a time; return the events."""
     events = 0
     with open(path, "wb") as file:
-        for batch in iter_synthetic(streams, chunks, seed=seed):
+        for batch in iter_synthetic(streams, chunks, seed=seed, prefix=prefix):
             write_jsonl(file, batch)
             events += sum(len(t) for t in batch)
     return events
 
 
-def _batch(rng: np.random.Generator, first: int, n: int, m: int) -> list[Timeline]:
+def _batch(rng: np.random.Generator, first: int, n: int, m: int, prefix: str) -> list[Timeline]:
     cadence = rng.uniform(20e6, 40e6, size=(n, 1))
     gaps = cadence * rng.lognormal(0.0, 0.3, size=(n, m))
     gaps[:, 0] = rng.lognormal(np.log(300e6), 0.5, size=n)  # time to the role chunk
@@ -96,7 +102,7 @@ def _batch(rng: np.random.Generator, first: int, n: int, m: int) -> list[Timelin
     tenant = rng.integers(0, len(_TENANTS), size=n).tolist()
     return [
         Timeline(
-            stream_id=f"syn-{first + i:08d}",
+            stream_id=f"{prefix}-{first + i:08d}",
             where=Where.CLIENT,
             times=times[i],
             tokens=tokens[i],

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from steadystream._exceptions import InputError, SteadystreamError
 from steadystream.bench.verdict import load_run
+from steadystream.engine_metrics import SIDECAR_SUFFIX
 from steadystream.files import TIMELINE_SUFFIXES, PathLike
 from steadystream.metrics import MetricConfig, StreamTable, stream_table
 
@@ -51,16 +52,21 @@ def timeline_files(paths: Sequence[PathLike]) -> list[Path]:
     """The timeline files named, a folder standing for the timeline files under it.
 
     A folder is searched recursively and its files taken in name order, so that a rerun
-    merges them the same way; a file named outright is taken whatever its suffix (reading
-    it says if the suffix is wrong). A folder with no timeline file is an error, not an
-    empty fleet.
+    merges them the same way (engine metrics scraped beside a run are not timelines); a file
+    named outright is taken whatever its suffix (reading it says if the suffix is wrong). A
+    folder with no timeline file is an error, not an empty fleet.
     """
     found: list[Path] = []
     for given in paths:
         path = Path(given)
         if path.is_dir():
+            # The engine metrics bench scraped beside a run end in .jsonl too; not a timeline.
             inside = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.endswith(TIMELINE_SUFFIXES)
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and p.name.endswith(TIMELINE_SUFFIXES)
+                and not p.name.endswith(SIDECAR_SUFFIX)
             )
             if not inside:
                 raise InputError(

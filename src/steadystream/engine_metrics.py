@@ -31,6 +31,7 @@ from steadystream.attribution.engine import EngineSamples
 
 __all__ = [
     "SCHEMA",
+    "SIDECAR_SUFFIX",
     "EngineScraper",
     "check_option",
     "parse_exposition",
@@ -46,6 +47,7 @@ MAX_SERIES = 2000  # names kept per scrape: a bound on what a hostile endpoint c
 MAX_BODY_BYTES = 8 << 20
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 1.0
+SIDECAR_SUFFIX = ".engine-metrics.jsonl"  # RUN.engine-metrics.jsonl beside RUN.jsonl
 
 
 def sidecar_path(run: Path) -> Path:
@@ -55,7 +57,7 @@ def sidecar_path(run: Path) -> Path:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return run.with_name(f"{name}.engine-metrics.jsonl")
+    return run.with_name(f"{name}{SIDECAR_SUFFIX}")
 
 
 def parse_exposition(text: str) -> dict[str, float]:

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from steadystream._types import Where
+from steadystream.attribution.clocks import StreamClocks
 from steadystream.attribution.engine import (
     KV_USAGE,
     LAG_COUNT,
@@ -26,9 +28,11 @@ from steadystream.attribution.engine import (
     WAITING,
     EngineSamples,
 )
-from steadystream.attribution.streams import StallSite, StreamView
+from steadystream.attribution.streams import StallSite, StreamView, silent_between
 
 __all__ = ["ALIGN_NS", "HEAD_LUMP", "EngineReading", "Evidence", "Neighbours", "gather"]
+
+IntArray = npt.NDArray[np.int64]
 
 HEAD_LUMP = 5  # text events released at once with the first token: a held head
 STARVED_LAG_S = 0.05  # the lab's steps starting this late on average: its host is short of CPU
@@ -104,17 +108,22 @@ class Evidence:
 class Neighbours:
     """The subject streams on the wall clock, to ask which were in flight at an instant."""
 
-    def __init__(self, subjects: Sequence[StreamView]) -> None:
-        timed = [s for s in subjects if s.wall0_ns is not None and len(s.times)]
-        self._streams = timed
-        walls = np.array([s.wall0_ns for s in timed], dtype=np.int64)
+    def __init__(self, clocks: StreamClocks) -> None:
+        timed = np.flatnonzero(clocks.timed)
+        self._clocks = clocks
+        self._rows = timed
+        self._index = clocks.index[timed]
+        walls = clocks.wall0[timed]
         self._sent = walls
-        self._first = walls + np.array([s.times[0] for s in timed], dtype=np.int64)
-        self._last = walls + np.array([s.times[-1] for s in timed], dtype=np.int64)
-        firsts = [s.lump_after(0) for s in subjects if len(s.times)]
-        self.head_lump_share = (
-            sum(1 for n in firsts if n >= HEAD_LUMP) / len(firsts) if firsts else 0.0
-        )
+        self._first = walls + clocks.times[clocks.offsets[timed]]
+        self._last = walls + clocks.times[clocks.offsets[timed + 1] - 1]
+        heads = len(clocks)
+        lumped = int((clocks.head_lump >= HEAD_LUMP).sum())
+        self.head_lump_share = lumped / heads if heads else 0.0
+
+    @classmethod
+    def of(cls, subjects: Sequence[StreamView]) -> Neighbours:
+        return cls(StreamClocks.of(subjects))
 
     def stretched_share(
         self, stream: StreamView, start_ns: int, end_ns: int, *, first_token: bool
@@ -135,10 +144,10 @@ class Neighbours:
             candidates = candidates[pick]
         stretched = count = 0
         for i in candidates:
-            other = self._streams[int(i)]
-            if other is stream:
-                continue
-            verdict = other.silent_between(lo, hi, from_request=first_token)
+            if self._index[i] == stream.index:
+                continue  # the stream itself
+            other = _Other(int(self._sent[i]), self._clocks.times_of(int(self._rows[i])))
+            verdict = other.silent(lo, hi, first_token)
             if verdict is None:
                 continue
             count += 1
@@ -147,17 +156,29 @@ class Neighbours:
             # Paused with it: its last event came within ALIGN_NS of this one's, and nothing
             # after that; resumed with it: the mirror image at the other end.
             resumed = (
-                other.silent_between(end_ns - ALIGN_NS, end_ns + ALIGN_NS, from_request=first_token)
-                is False
-                and other.silent_between(lo, end_ns - ALIGN_NS, from_request=first_token) is True
+                other.silent(end_ns - ALIGN_NS, end_ns + ALIGN_NS, first_token) is False
+                and other.silent(lo, end_ns - ALIGN_NS, first_token) is True
             )
             paused = (
                 not first_token
-                and other.silent_between(start_ns - ALIGN_NS, start_ns + ALIGN_NS) is False
-                and other.silent_between(start_ns + ALIGN_NS, hi) is True
+                and other.silent(start_ns - ALIGN_NS, start_ns + ALIGN_NS, False) is False
+                and other.silent(start_ns + ALIGN_NS, hi, False) is True
             )
             stretched += resumed or paused
         return (stretched / count if count else None), count
+
+
+@dataclass(frozen=True, slots=True)
+class _Other:
+    """Another stream in flight, as :meth:`Neighbours.stretched_share` asks it."""
+
+    wall0_ns: int
+    times: IntArray
+
+    def silent(self, start_ns: int, end_ns: int, from_request: bool) -> bool | None:
+        return silent_between(
+            self.wall0_ns, self.times, start_ns, end_ns, from_request=from_request
+        )
 
 
 def gather(

@@ -7,7 +7,7 @@ by request id) and, optionally, engine metrics scraped during it, and returns an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,17 @@ from steadystream.attribution.rules import decide
 from steadystream.attribution.streams import StreamView, find_stalls, subjects_and_edges
 from steadystream.timeline import Timeline
 
-__all__ = ["AttributedStall", "CauseShare", "Explanation", "HurtStream", "explain"]
+__all__ = [
+    "AttributedStall",
+    "CauseShare",
+    "Explanation",
+    "HurtStream",
+    "StreamsSeen",
+    "assemble",
+    "attribute_stalls",
+    "check_threshold",
+    "explain",
+]
 
 DEFAULT_STALL_THRESHOLD_NS = 400_000_000
 
@@ -124,6 +134,32 @@ class Explanation:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class StreamsSeen:
+    """How many streams were explained, and the vantage points they were seen at."""
+
+    streams: int  # the subjects
+    subject_wheres: frozenset[str]
+    wheres: frozenset[str]  # of every timeline, subjects and other edges
+
+    @classmethod
+    def of(cls, subjects: Sequence[StreamView], views: Iterable[StreamView]) -> StreamsSeen:
+        return cls(
+            len(subjects),
+            frozenset(s.where.value for s in subjects),
+            frozenset(v.where.value for v in views),
+        )
+
+    @classmethod
+    def merge(cls, parts: Iterable[StreamsSeen]) -> StreamsSeen:
+        parts = list(parts)
+        return cls(
+            sum(p.streams for p in parts),
+            frozenset().union(*(p.subject_wheres for p in parts)),
+            frozenset().union(*(p.wheres for p in parts)),
+        )
+
+
 def explain(
     timelines: Sequence[Timeline],
     *,
@@ -132,10 +168,30 @@ def explain(
     worst: int = 10,
 ) -> Explanation:
     """Attribute every stall of ``timelines`` (see the module docstring)."""
+    check_threshold(stall_threshold_ns)
+    subjects, by_id = subjects_and_edges(timelines)
+    stalls = attribute_stalls(subjects, by_id, Neighbours.of(subjects), engine, stall_threshold_ns)
+    seen = StreamsSeen.of(subjects, (v for group in by_id.values() for v in group))
+    return assemble(stalls, seen, engine, stall_threshold_ns, worst)
+
+
+def check_threshold(stall_threshold_ns: int) -> None:
     if stall_threshold_ns <= 0:
         raise ValueError(f"stall_threshold_ns must be positive, got {stall_threshold_ns}")
-    subjects, by_id = subjects_and_edges(timelines)
-    neighbours = Neighbours(subjects)
+
+
+def attribute_stalls(
+    subjects: Sequence[StreamView],
+    by_id: Mapping[str, Sequence[StreamView]],
+    neighbours: Neighbours,
+    engine: EngineSamples | None,
+    stall_threshold_ns: int,
+) -> list[AttributedStall]:
+    """Every stall of ``subjects``, in their order, and its cause.
+
+    ``by_id`` holds every view of each subject's id; ``neighbours`` every subject stream of
+    the run, which may be more than ``subjects`` (a part of the run explained apart).
+    """
     stalls: list[AttributedStall] = []
     for stream in subjects:
         edges = by_id[stream.stream_id]
@@ -157,12 +213,23 @@ def explain(
                     started_at=None if wall is None else wall / 1e9,
                 )
             )
+    return stalls
+
+
+def assemble(
+    stalls: list[AttributedStall],
+    seen: StreamsSeen,
+    engine: EngineSamples | None,
+    stall_threshold_ns: int,
+    worst: int,
+) -> Explanation:
+    """The explanation of a run from its attributed stalls, in the order of its streams."""
     return Explanation(
         stalls=stalls,
         by_cause=_by_cause(stalls),
         hurt=_most_hurt(stalls, worst),
-        streams=len(subjects),
-        sources=_sources(subjects, by_id, engine),
+        streams=seen.streams,
+        sources=_sources(seen, engine),
         stall_threshold_ns=stall_threshold_ns,
     )
 
@@ -197,14 +264,10 @@ def _most_hurt(stalls: Sequence[AttributedStall], worst: int) -> list[HurtStream
     return hurt[:worst]
 
 
-def _sources(
-    subjects: Sequence[StreamView],
-    by_id: dict[str, list[StreamView]],
-    engine: EngineSamples | None,
-) -> list[str]:
-    wheres = sorted({s.where.value for s in subjects})
-    sources = [f"{len(subjects)} streams as the {' and '.join(wheres) or 'reader'} saw them"]
-    edges = sorted({v.where.value for group in by_id.values() for v in group} - set(wheres))
+def _sources(seen: StreamsSeen, engine: EngineSamples | None) -> list[str]:
+    wheres = sorted(seen.subject_wheres)
+    sources = [f"{seen.streams} streams as the {' and '.join(wheres) or 'reader'} saw them"]
+    edges = sorted(seen.wheres - seen.subject_wheres)
     if edges:
         sources.append("the same requests at " + ", ".join(edges))
     if engine is not None and len(engine):

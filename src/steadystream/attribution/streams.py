@@ -9,7 +9,7 @@ are evidence about where on the path a gap appeared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +19,16 @@ from steadystream._types import TokenSource, Where
 from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
 from steadystream.timeline import Timeline
 
-__all__ = ["EDGE_RANK", "StallSite", "StreamView", "find_stalls", "subjects_and_edges"]
+__all__ = [
+    "EDGE_RANK",
+    "StallSite",
+    "StreamView",
+    "find_stalls",
+    "group_views",
+    "outer_ranks",
+    "silent_between",
+    "subjects_and_edges",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -76,23 +85,12 @@ class StreamView:
     def silent_between(
         self, wall_start_ns: int, wall_end_ns: int, *, from_request: bool = False
     ) -> bool | None:
-        """Whether no text event came in the wall-clock window: False when one did; True
-        when none did and the stream was open across the window; None when it has no wall
-        clock, or got nothing in the window without being open across it (it had not begun,
-        or had already ended), and so cannot say. Open means from its first text event on, or
-        with ``from_request`` from its request on (a wait for the first token is a gap too).
-        """
-        if self.wall0_ns is None or not len(self.times):
+        """Whether no text event came in the wall-clock window (see :func:`silent_between`)."""
+        if self.wall0_ns is None:
             return None
-        start, end = wall_start_ns - self.wall0_ns, wall_end_ns - self.wall0_ns
-        lo = int(self.times.searchsorted(start, side="right"))
-        hi = int(self.times.searchsorted(end, side="left"))
-        if hi > lo:
-            return False  # it got something meanwhile, whether or not it was open throughout
-        opened = 0 if from_request else self.times[0]
-        if opened > start or self.times[-1] < end:
-            return None
-        return True
+        return silent_between(
+            self.wall0_ns, self.times, wall_start_ns, wall_end_ns, from_request=from_request
+        )
 
     def lump_after(self, position: int) -> int:
         """Text events that arrived together starting at ``position`` (1: it came alone)."""
@@ -131,17 +129,58 @@ def subjects_and_edges(
     """The subject of each stream id (its vantage point nearest the reader), and every view
     of each id, engine side first. Two timelines of one id at one vantage point (a rerun)
     are both subjects: nothing joins them but their id."""
-    views = [StreamView.of(i, timeline) for i, timeline in enumerate(timelines)]
+    return group_views([StreamView.of(i, timeline) for i, timeline in enumerate(timelines)])
+
+
+def group_views(
+    views: Sequence[StreamView],
+) -> tuple[list[StreamView], dict[str, list[StreamView]]]:
+    """:func:`subjects_and_edges` of views already made, in the order of their ``index``."""
     by_id: dict[str, list[StreamView]] = {}
     for view in views:
         by_id.setdefault(view.stream_id, []).append(view)
-    subjects: list[StreamView] = []
     for group in by_id.values():
         group.sort(key=lambda view: view.rank)
-        outer = group[-1].rank
-        subjects.extend(view for view in group if view.rank == outer)
-    subjects.sort(key=lambda view: view.index)
+    outer = outer_ranks([view.stream_id for view in views], [view.rank for view in views])
+    subjects = [view for view in views if view.rank == outer[view.stream_id]]
     return subjects, by_id
+
+
+def outer_ranks(ids: Iterable[str], ranks: Iterable[int]) -> dict[str, int]:
+    """Each stream id's vantage point nearest the reader: the rank its subjects have."""
+    outer: dict[str, int] = {}
+    for stream_id, rank in zip(ids, ranks, strict=True):
+        if rank > outer.get(stream_id, -1):
+            outer[stream_id] = rank
+    return outer
+
+
+def silent_between(
+    wall0_ns: int,
+    times: IntArray,
+    wall_start_ns: int,
+    wall_end_ns: int,
+    *,
+    from_request: bool = False,
+) -> bool | None:
+    """Whether a stream started at ``wall0_ns`` with text events at ``times`` (ns from its
+    start) got none in the wall-clock window: False when one came; True when none did and the
+    stream was open across the window; None when it has no text event, or got nothing in the
+    window without being open across it (it had not begun, or had already ended), and so
+    cannot say. Open means from its first text event on, or with ``from_request`` from its
+    request on (a wait for the first token is a gap too).
+    """
+    if not len(times):
+        return None
+    start, end = wall_start_ns - wall0_ns, wall_end_ns - wall0_ns
+    lo = int(times.searchsorted(start, side="right"))
+    hi = int(times.searchsorted(end, side="left"))
+    if hi > lo:
+        return False  # it got something meanwhile, whether or not it was open throughout
+    opened = 0 if from_request else times[0]
+    if opened > start or times[-1] < end:
+        return None
+    return True
 
 
 def find_stalls(stream: StreamView, threshold_ns: int) -> list[StallSite]:

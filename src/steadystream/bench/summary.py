@@ -28,7 +28,7 @@ from steadystream.metrics import (
 )
 from steadystream.timeline import Timeline
 
-__all__ = ["Summary", "run_notes", "summarise", "summarise_table"]
+__all__ = ["Summary", "has_stall", "run_notes", "summarise", "summarise_table"]
 
 
 @dataclass
@@ -63,22 +63,26 @@ def summarise(
     edges = compare_edges(timelines, config)
     timelines, view_note = rendered_view(timelines)
     table = stream_table(timelines, config)
-    threshold_s = config.stall_threshold_ns / 1e9
-    with np.errstate(invalid="ignore"):
-        stalled = bool(
-            (table.column("max_gap_s") > threshold_s).any()
-            or (table.column("ttft_s") > threshold_s).any()
-        )
     # Attribution is the costly part of a large run's summary: only when there is a stall.
     explanation = (
         explain(timelines, stall_threshold_ns=config.stall_threshold_ns, engine=engine)
-        if stalled
+        if has_stall(table, config)
         else None
     )
     summary = summarise_table(table, config, by=by, worst=worst, explanation=explanation)
     summary.notes = [view_note] if view_note else []
     summary.edges = edges
     return summary
+
+
+def has_stall(table: StreamTable, config: MetricConfig) -> bool:
+    """Whether any stream has a gap, or a wait for its first token, over the threshold."""
+    threshold_s = config.stall_threshold_ns / 1e9
+    with np.errstate(invalid="ignore"):
+        return bool(
+            (table.column("max_gap_s") > threshold_s).any()
+            or (table.column("ttft_s") > threshold_s).any()
+        )
 
 
 def summarise_table(

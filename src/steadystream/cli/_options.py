@@ -25,6 +25,7 @@ __all__ = [
     "QoeExpectedTtft",
     "QoeForm",
     "QoePace",
+    "RayAddress",
     "StallThreshold",
     "TtftTarget",
     "duration_ns",
@@ -32,6 +33,10 @@ __all__ = [
     "metric_config",
 ]
 
+RayAddress = Annotated[
+    str | None,
+    typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
+]
 StallThreshold = Annotated[
     str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
 ]

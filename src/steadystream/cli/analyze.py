@@ -15,6 +15,7 @@ from steadystream.cli._options import (
     QoeExpectedTtft,
     QoeForm,
     QoePace,
+    RayAddress,
     StallThreshold,
     TtftTarget,
     exit_on_error,
@@ -53,13 +54,10 @@ def analyze(
             " the ray extra; a local Ray unless RAY_ADDRESS or --ray-address says where).",
         ),
     ] = False,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
-    ] = None,
+    ray_address: RayAddress = None,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
-    from steadystream.analysis import analyze_files, timeline_files
+    from steadystream.analysis import timeline_files
     from steadystream.bench.summary import summarise, summarise_table
     from steadystream.bench.verdict import load_runs
     from steadystream.cli import _render
@@ -81,12 +79,24 @@ def analyze(
     with exit_on_error():
         paths = timeline_files(files)
         if ray or ray_address is not None:
-            # A Ray task per file returns its per-stream rows, not its events: the stalls'
-            # causes need the events, so they are left to a run without --ray (or `explain`).
-            tables = analyze_files(paths, config, ray=True, ray_address=ray_address)
-            summary = summarise_table(tables.table, config, by=by, worst=worst)
-            notes = tables.notes()
-            notes.append("stall causes are not attributed with --ray; run without it, or explain")
+            from steadystream.explain_files import explain_files
+
+            # A Ray task per file returns its per-stream rows, and its streams' clocks for
+            # the stalls' causes, which a second round of tasks attributes (explain_files).
+            engine_notes: list[str] = []
+            engine = read_engine_beside(paths, None, engine_notes)
+            on_ray = explain_files(
+                paths,
+                stall_threshold_ns=config.stall_threshold_ns,
+                engine=engine,
+                config=config,
+                address=ray_address,
+            )
+            assert on_ray.tables is not None  # asked for with config
+            summary = summarise_table(
+                on_ray.tables.table, config, by=by, worst=worst, explanation=on_ray.explanation
+            )
+            notes = on_ray.notes + engine_notes
         else:
             timelines, notes = load_runs(paths)
             engine = read_engine_beside(paths, None, notes)

@@ -8,13 +8,17 @@ from typing import Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._options import RayAddress, duration_ns, exit_on_error
 
 
 @app.command()
 def explain(
     files: Annotated[
-        list[Path], typer.Argument(help="Timeline files (.jsonl, .jsonl.gz, .parquet).")
+        list[Path],
+        typer.Argument(
+            help="Timeline files (.jsonl, .jsonl.gz, .parquet), or folders of them (searched"
+            " recursively)."
+        ),
     ],
     engine_metrics: Annotated[
         Path | None,
@@ -32,8 +36,19 @@ def explain(
     stalls: Annotated[int, typer.Option(help="How many stalls to list, longest first.")] = 20,
     worst: Annotated[int, typer.Option(help="How many of the most hurt streams to list.")] = 10,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="Read the files and explain their stalls in parallel, Ray tasks per file"
+            " (needs the ray extra; a local Ray unless RAY_ADDRESS or --ray-address says"
+            " where). The same explanation as without it.",
+        ),
+    ] = False,
+    ray_address: RayAddress = None,
 ) -> None:
     """Every stall's cause (or unknown), how sure, and why; stall time by cause; mitigations."""
+    from steadystream.analysis import timeline_files
     from steadystream.attribution import explain as attribute
     from steadystream.attribution import score
     from steadystream.bench.verdict import load_runs
@@ -44,9 +59,23 @@ def explain(
     if stalls < 0 or worst < 0:
         raise typer.BadParameter("must be 0 or more", param_hint="--stalls/--worst")
     with exit_on_error():
-        timelines, notes = load_runs(files)
-        engine = read_engine_beside(files, engine_metrics, notes)
-        explanation = attribute(timelines, stall_threshold_ns=threshold, engine=engine, worst=worst)
+        paths = timeline_files(files)
+        if ray or ray_address is not None:
+            from steadystream.explain_files import explain_files
+
+            engine_notes: list[str] = []
+            engine = read_engine_beside(paths, engine_metrics, engine_notes)
+            on_ray = explain_files(
+                paths, stall_threshold_ns=threshold, engine=engine, worst=worst, address=ray_address
+            )
+            assert on_ray.explanation is not None  # asked without a table: always explained
+            explanation, notes = on_ray.explanation, on_ray.notes + engine_notes
+        else:
+            timelines, notes = load_runs(paths)
+            engine = read_engine_beside(paths, engine_metrics, notes)
+            explanation = attribute(
+                timelines, stall_threshold_ns=threshold, engine=engine, worst=worst
+            )
         scored = None
         if truth:
             truths, truth_notes = load_runs(truth)
