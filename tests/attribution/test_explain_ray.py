@@ -18,11 +18,19 @@ from typer.testing import CliRunner
 
 from steadystream import Timeline, TimelineFormatError, Where
 from steadystream.attribution import explain, score
+from steadystream.attribution.streams import outer_ranks
 from steadystream.bench.verdict import load_runs
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA, sidecar_path
-from steadystream.explain_files import explain_files
+from steadystream.explain_files import (
+    _attribute_group,
+    _FileHead,
+    _read_file,
+    _subject_mask,
+    explain_files,
+)
 from steadystream.files import write_jsonl, write_timelines
+from steadystream.metrics import MetricConfig
 from tests.lab.conftest import arrivals, run_lab
 
 from .conftest import T0, cadence, stream
@@ -144,3 +152,47 @@ def test_a_bad_file_is_the_same_clear_error_on_ray(tmp_path: Path, ray_local: An
     result = runner.invoke(app, ["explain", str(tmp_path), "--ray"])
     assert result.exit_code == 2
     assert "d.jsonl:1" in result.output
+
+
+def test_analyze_ray_says_when_glass_keeps_it_from_attributing(
+    tmp_path: Path, ray_local: Any
+) -> None:
+    paths = cross_files(tmp_path)
+    glass = stream(cadence(30, 20), stream_id="a", where=Where.GLASS)
+    write_timelines(tmp_path / "page.jsonl", [glass])
+    config = MetricConfig()
+    done = explain_files(
+        [*paths, tmp_path / "page.jsonl"], stall_threshold_ns=THRESHOLD_NS, config=config
+    )
+    assert done.explanation is None
+    assert done.tables is not None
+    assert len(done.tables.table) == 10  # every file's streams, the glass one too
+    assert any("glass timelines beside others" in note for note in done.notes)
+    # without a stall there is nothing to attribute, and nothing to say
+    calm = tmp_path / "calm"
+    calm.mkdir()
+    write_timelines(calm / "run.jsonl", [stream(cadence(30, 20), stream_id="z")])
+    quiet = explain_files([calm / "run.jsonl"], stall_threshold_ns=THRESHOLD_NS, config=config)
+    assert quiet.explanation is None
+    assert quiet.notes == []
+
+
+def test_the_rounds_run_in_this_process_too(tmp_path: Path) -> None:
+    """The task functions, called here (coverage does not follow them into Ray's workers)."""
+    paths = cross_files(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"{}\n")
+    assert isinstance(_read_file(bad, None)[0], TimelineFormatError)
+    head, views, clocks = _read_file(paths[1], MetricConfig())
+    assert isinstance(head, _FileHead)
+    assert views is not None
+    assert clocks is not None
+    assert head.table is not None
+    assert head.ids == ["a", "d", "e"]
+    # as if ten timelines of other files came before it
+    fleet = clocks.select(_subject_mask(head, outer_ranks(head.ids, head.ranks)), shift=10)
+    tagged, seen = _attribute_group(THRESHOLD_NS, None, fleet, [10], views)
+    here = explain(load_runs([paths[1]])[0], stall_threshold_ns=THRESHOLD_NS)
+    assert [stall for _, stall in tagged] == here.stalls
+    assert [index for index, _ in tagged] == [11, 12]  # shifted by the file's offset
+    assert seen.streams == here.streams == 3
