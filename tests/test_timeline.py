@@ -7,7 +7,7 @@ import pytest
 
 from steadystream import Event, EventKind, Outcome, Timeline, TokenSource, Where
 from steadystream.protocol import timeline_from_sse
-from steadystream.timeline import assign_tokens, estimate_tokens
+from steadystream.timeline import assign_tokens, estimate_tokens, is_text_kind
 from tests.conftest import MS, make_timeline
 
 C, R, U = EventKind.CONTENT, EventKind.ROLE, EventKind.USAGE
@@ -157,3 +157,11 @@ class TestTimeline:
         assert tl.times.tolist() == [10 * MS, 30 * MS]
         assert tl.outcome is Outcome.COMPLETE
         assert tl.end_ns == 30 * MS
+
+
+def test_text_kinds_by_table_lookup_agree_with_the_kinds_that_carry_text() -> None:
+    values = np.arange(256, dtype=np.uint8)
+    expected = np.array([v in {int(k) for k in EventKind if k.carries_text} for v in range(256)])
+    assert (is_text_kind(values) == expected).all()
+    assert (is_text_kind(values.astype(np.int64)) == expected).all()  # any integer dtype
+    assert is_text_kind(np.empty(0, dtype=np.uint8)).shape == (0,)

@@ -24,14 +24,12 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._types import TEXT_KINDS, EventKind, Nanos, Outcome, TokenSource, Where
+from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
 from steadystream.files import JsonlWriter
 from steadystream.gateway.events import Piece
-from steadystream.timeline import Timeline, assign_tokens
+from steadystream.timeline import Timeline, assign_tokens, is_text_kind
 
 __all__ = ["EdgeLog", "StreamRecord", "TimelineRecorder", "TimelineSink"]
-
-_TEXT_KIND_VALUES = np.array(sorted(int(k) for k in TEXT_KINDS), dtype=np.uint8)
 
 
 class TimelineSink(Protocol):
@@ -150,7 +148,7 @@ class EdgeLog:
         exact_usage: bool,
     ) -> tuple[npt.NDArray[np.int32], TokenSource]:
         running = np.frombuffer(self._usage, dtype=np.int64)
-        text_events = np.isin(kinds, _TEXT_KIND_VALUES) & (text_bytes > 0)
+        text_events = is_text_kind(kinds) & (text_bytes > 0)
         if exact_usage and text_events.any() and (running[text_events] >= 0).all():
             counted = running >= 0
             tokens = np.zeros(len(kinds), dtype=np.int32)

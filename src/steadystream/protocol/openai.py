@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream._exceptions import ProtocolError
-from steadystream._types import TEXT_KINDS, EventKind, Nanos, Outcome, TokenSource, Where
+from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
 from steadystream.protocol.chunks import (
     Chunk,
     chat_chunk,
@@ -58,7 +58,7 @@ from steadystream.protocol.chunks import (
     usage_chunk,
 )
 from steadystream.protocol.sse import SseComment, SseDecoder, SseItem
-from steadystream.timeline import Timeline, assign_tokens
+from steadystream.timeline import Timeline, assign_tokens, is_text_kind
 
 __all__ = [
     "Chunk",
@@ -73,7 +73,6 @@ __all__ = [
     "usage_chunk",
 ]
 
-_TEXT_KIND_VALUES = np.array(sorted(int(k) for k in TEXT_KINDS), dtype=np.uint8)
 _NO_USAGE = -1  # completion_tokens slot of an event whose chunk carried no usage
 
 
@@ -289,7 +288,7 @@ class StreamRecorder:
         self, kinds: npt.NDArray[np.uint8], text_bytes: npt.NDArray[np.int32]
     ) -> tuple[npt.NDArray[np.int32], TokenSource]:
         running = np.frombuffer(self._usage_tokens, dtype=np.int64)
-        text_events = np.isin(kinds, _TEXT_KIND_VALUES) & (text_bytes > 0)
+        text_events = is_text_kind(kinds) & (text_bytes > 0)
         if text_events.any() and (running[text_events] >= 0).all():
             counted = running >= 0
             tokens = np.zeros(len(kinds), dtype=np.int32)

@@ -77,7 +77,7 @@ async def connect(target: Target, where: str, resolve: Resolve | None) -> socket
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(sock, address)
+            await _connect(loop, sock, address)
         except OSError as exc:
             sock.close()
             last = exc
@@ -88,6 +88,37 @@ async def connect(target: Target, where: str, resolve: Resolve | None) -> socket
         return sock
     why = reason(last) if last is not None else "no address"
     raise UpstreamConnectError(f"cannot connect to {where}: {why}") from last
+
+
+async def _connect(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, address: tuple[Any, ...]
+) -> None:
+    """``loop.sock_connect`` for a resolved address, without its lookup.
+
+    uvloop's ``sock_connect`` resolves the address again on every call, through its thread
+    pool (it asks for no socket type, so its own shortcut for addresses does not apply): a
+    thread's round trip per connection, most of what a loopback connect cost the gateway.
+    """
+    try:
+        sock.connect(address)
+        return
+    except (BlockingIOError, InterruptedError):
+        pass
+    done = loop.create_future()
+
+    def writable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    fd = sock.fileno()
+    loop.add_writer(fd, writable)
+    try:
+        await done
+    finally:
+        loop.remove_writer(fd)
+    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if error:
+        raise OSError(error, f"Connect call failed {address}: {os.strerror(error)}")
 
 
 def _ip_literal(host: str, port: int) -> tuple[int, tuple[Any, ...]] | None:
