@@ -1,6 +1,6 @@
 """What uvicorn's ASGI ``send`` costs per streamed event, against writing on its transport.
 
-    python benchmarks/bench_asgi_send.py --streams 200 --events 200 --rounds 3
+    python benchmarks/bench_asgi_send.py --streams 200 --events 200 --rounds 3 [--granian PYTHON]
 
 The gateway hands each relayed event to uvicorn (httptools, uvloop) as an ASGI message; a
 lower-level path would frame the chunk itself and write it on the connection's transport.
@@ -9,7 +9,9 @@ about 150 bytes to each of ``--streams`` concurrent clients, one event per loop 
 gateway hands on one read at a time), either through ``send`` (``asgi``) or with
 ``transport.write`` (``transport``), and reports its own CPU time per event, from
 ``getrusage`` around the streaming. The client (this process) only reads. Modes alternate
-round by round, so a busy machine weighs on both alike.
+round by round, so a busy machine weighs on both alike. With ``--granian PYTHON`` (an
+interpreter with granian installed, outside the project) the ``asgi`` app is also served by
+granian, with one worker on uvloop.
 
 Servers bind 127.0.0.1 on a free port and are stopped by pid.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import selectors
 import socket
@@ -27,10 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-from steadystream._processes import free_port
 
 EVENT = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
@@ -39,16 +41,22 @@ EVENT = (
 MODES = ("asgi", "transport")
 
 
-def serve(mode: str, port: int, streams: int, events: int, report: Path) -> None:
-    """The server process: stream to ``streams`` clients, write CPU seconds to ``report``."""
-    import uvicorn
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
 
+
+def make_app(
+    mode: str,
+    streams: int,
+    events: int,
+    report: Path,
+    transport_of: Callable[[dict[str, Any]], asyncio.WriteTransport] | None = None,
+) -> Callable[..., Awaitable[None]]:
+    """The streaming app: ``events`` events to each request, CPU time reported once
+    ``streams`` requests are done."""
     started: list[float] = []
     done = 0
-
-    def cpu() -> float:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         nonlocal done
@@ -61,20 +69,65 @@ def serve(mode: str, port: int, streams: int, events: int, report: Path) -> None
                 "headers": [(b"content-type", b"text/event-stream")],
             }
         )
-        transport = transport_of(scope)
+        transport = transport_of(scope) if transport_of is not None else None
         if not started:
-            started.append(cpu())
+            started.append(cpu_seconds())
         for _ in range(events):
             await asyncio.sleep(0)  # one event per loop turn, as reads come in
-            if mode == "asgi":
+            if transport is None:
                 await send({"type": "http.response.body", "body": EVENT, "more_body": True})
             else:
                 transport.write(b"%x\r\n%b\r\n" % (len(EVENT), EVENT))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         done += 1
         if done == streams:
-            report.write_text(json.dumps({"cpu_s": cpu() - started[0]}))
+            report.write_text(json.dumps({"cpu_s": cpu_seconds() - started[0]}))
 
+    return app
+
+
+def granian_app(scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[None]:
+    """The ``asgi`` app under granian (configured from the environment its worker inherits)."""
+    global _granian_app
+    if _granian_app is None:
+        config = json.loads(os.environ["BENCH_ASGI_SEND"])
+        _granian_app = make_app("asgi", config["streams"], config["events"], Path(config["report"]))
+    return _granian_app(scope, receive, send)
+
+
+_granian_app: Callable[..., Awaitable[None]] | None = None
+
+
+def serve(mode: str, port: int, streams: int, events: int, report: Path) -> None:
+    """The server process: stream to ``streams`` clients, write CPU seconds to ``report``."""
+    if mode == "granian":
+        from granian import Granian  # type: ignore[import-not-found]
+
+        os.environ["BENCH_ASGI_SEND"] = json.dumps(
+            {"streams": streams, "events": events, "report": str(report)}
+        )
+        sys.path.insert(0, str(Path(__file__).parent))
+        Granian(
+            "bench_asgi_send:granian_app",
+            address="127.0.0.1",
+            port=port,
+            interface="asgi",
+            workers=1,
+            loop="uvloop",
+            log_enabled=False,
+        ).serve()
+        return
+
+    import uvicorn
+
+    def transport_of(scope: dict[str, Any]) -> asyncio.WriteTransport:
+        client = tuple(scope["client"])
+        for connection in server.server_state.connections:
+            if getattr(connection, "client", None) == client:
+                return connection.transport
+        raise RuntimeError("no connection for this request")
+
+    app = make_app(mode, streams, events, report, transport_of if mode == "transport" else None)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -87,14 +140,6 @@ def serve(mode: str, port: int, streams: int, events: int, report: Path) -> None
             access_log=False,
         )
     )
-
-    def transport_of(scope: dict[str, Any]) -> asyncio.WriteTransport:
-        client = tuple(scope["client"])
-        for connection in server.server_state.connections:
-            if getattr(connection, "client", None) == client:
-                return connection.transport
-        raise RuntimeError("no connection for this request")
-
     server.run()
 
 
@@ -140,11 +185,13 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("the server did not listen within 20 s")
 
 
-def one_run(mode: str, streams: int, events: int, workdir: Path) -> float:
+def one_run(mode: str, streams: int, events: int, workdir: Path, python: str) -> float:
     """Server CPU microseconds per event for one run of ``mode``."""
+    from steadystream._processes import free_port  # not in the server's Python (granian)
+
     port = free_port()
     report = workdir / f"{mode}-{port}.json"
-    args = [sys.executable, __file__, "--serve", mode, str(port), str(streams), str(events)]
+    args = [python, __file__, "--serve", mode, str(port), str(streams), str(events)]
     process = subprocess.Popen([*args, str(report)])
     try:
         wait_for_port(port, process)
@@ -168,25 +215,31 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--granian",
+        metavar="PYTHON",
+        help="also serve the asgi mode with granian, run by this Python (granian installed)",
+    )
     parser.add_argument("--serve", nargs=5, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         mode, port, streams, events, report = args.serve
         serve(mode, int(port), int(streams), int(events), Path(report))
         return
-    results: dict[str, list[float]] = {mode: [] for mode in MODES}
+    modes = (*MODES, "granian") if args.granian else MODES
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(args.rounds):
-            for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
-                per_event = one_run(mode, args.streams, args.events, Path(folder))
+            for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                python = args.granian if mode == "granian" else sys.executable
+                per_event = one_run(mode, args.streams, args.events, Path(folder), python)
                 results[mode].append(per_event)
                 print(f"round {round_ + 1}: {mode:9} {per_event:6.2f} µs/event", flush=True)
     medians = {mode: statistics.median(values) for mode, values in results.items()}
-    print(
-        f"median server CPU per event: asgi {medians['asgi']:.2f} µs, transport "
-        f"{medians['transport']:.2f} µs; transport / asgi "
-        f"{medians['transport'] / medians['asgi']:.2f}"
-    )
+    shown = ", ".join(f"{mode} {value:.2f} µs" for mode, value in medians.items())
+    print(f"median server CPU per event: {shown}")
+    for mode in modes[1:]:
+        print(f"{mode} / asgi: {medians[mode] / medians['asgi']:.2f}")
 
 
 if __name__ == "__main__":
