@@ -36,6 +36,20 @@ def test_workers_are_checked_like_every_key() -> None:
         with_server(config, {"workers": "0"})
 
 
+def test_a_worker_count_far_past_the_cores_is_refused_before_anything_forks() -> None:
+    cores = len(os.sched_getaffinity(0))
+    most = 4 * cores
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": most}})
+    assert config.server.worker_count == most
+    for bad in (most + 1, 99_999, "99999"):
+        with pytest.raises(
+            ConfigError, match=rf"server\.workers.*at most {most} for {cores} cores"
+        ):
+            config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": bad}})
+    with pytest.raises(ConfigError, match=r"the command line: key 'workers'.*auto gives one per"):
+        with_server(config, {"workers": "99999"})
+
+
 def worker_registry(streams: float, active: float, gaps: list[float]) -> CollectorRegistry:
     registry = CollectorRegistry()
     Counter("ss_streams", "s", ["tenant"], registry=registry).labels("web").inc(streams)

@@ -94,12 +94,29 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_WORKERS_PER_CORE = 4
+"""The most worker processes per core: one per core is the most that adds throughput, and a
+number far past it is a typo that would fork the machine to a halt."""
+
+
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def _workers(value: Any) -> Any:
     if isinstance(value, str) and value.strip().isdigit():  # from the command line
         value = int(value)
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+    if value == "auto":
         return value
-    raise ValueError("a whole number of processes (at least 1) or auto")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("a whole number of processes (at least 1) or auto")
+    most = _WORKERS_PER_CORE * _cores()
+    if value > most:
+        raise ValueError(
+            f"{value} processes is more than {_WORKERS_PER_CORE} per core on this machine "
+            f"(at most {most} for {_cores()} cores); auto gives one per core"
+        )
+    return value
 
 
 class ServerConfig(_Section):
@@ -130,7 +147,7 @@ class ServerConfig(_Section):
     def worker_count(self) -> int:
         """``workers`` as a number: ``auto`` is the cores this process may run on."""
         if self.workers == "auto":
-            return max(1, len(os.sched_getaffinity(0)))
+            return _cores()
         return self.workers
 
 
