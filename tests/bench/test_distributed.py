@@ -76,6 +76,16 @@ async def test_two_workers_send_the_one_schedule_into_one_file(
 
 
 @pytest.mark.asyncio
+async def test_more_workers_than_the_cluster_has_cpus_is_refused(
+    lab: LabServer, ray_local: Any
+) -> None:
+    cpus = int(ray_local.cluster_resources()["CPU"])
+    with pytest.raises(SpecError, match=f"--workers {cpus + 1} is more than the Ray cluster's"):
+        async with RayBench(settings(lab), workers=cpus + 1):
+            pass
+
+
+@pytest.mark.asyncio
 async def test_stop_and_interrupt_reach_every_worker(lab: LabServer, ray_local: Any) -> None:
     async with RayBench(settings(lab), workers=2) as bench:
         with pytest.raises(SpecError, match="--workers 2 is more than --concurrency 1"):

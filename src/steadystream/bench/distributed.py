@@ -84,8 +84,16 @@ class RayBench:
     async def __aenter__(self) -> RayBench:
         ray = self._stack.enter_context(_ray.connected(self.address))
         try:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
             if not self.workers_given:
-                self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+                self.workers = max(1, cpus)
+            elif self.workers > cpus:
+                # Each worker holds a CPU: the rest would wait for one until the call timed
+                # out (and tens of thousands of them would swamp Ray first).
+                raise SpecError(
+                    f"--workers {self.workers} is more than the Ray cluster's {cpus} CPUs "
+                    "(each worker takes one); leave it out for one per CPU"
+                )
             actor = ray.remote(num_cpus=1)(BenchWorker)
             self._actors = [actor.remote(self.settings, w) for w in range(self.workers)]
             self.where = await self.call_all("open")
