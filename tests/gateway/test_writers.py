@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 
 import pytest
 
+from steadystream.gateway import GatewayServer
+from steadystream.gateway import server as server_module
 from steadystream.gateway.writers import unsent_bytes
+from steadystream.lab import LabServer
+from tests.gateway.conftest import chat_body, gateway_config, post, upstream
 
 
 @pytest.mark.asyncio
@@ -48,3 +53,36 @@ async def test_unsent_bytes_falls_as_a_slow_client_reads() -> None:
         client.close()
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.integration
+def test_the_relay_finds_its_client_connection_without_scanning_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # uvicorn's own send leads to the connection; the scan of every open connection (a cost
+    # per request that grows with the streams in flight) is only for a send something wrapped.
+    found: list[object] = []
+    original = server_module._transport_of
+
+    def recording(server: object) -> Callable[..., object]:
+        find = original(server)  # type: ignore[arg-type]
+
+        def spy(scope: object, send: object) -> object:
+            found.append(transport := find(scope, send))  # type: ignore[arg-type]
+            return transport
+
+        return spy
+
+    def no_scan(*args: object) -> None:
+        raise AssertionError("scanned uvicorn's connections")
+
+    monkeypatch.setattr(server_module, "_transport_of", recording)
+    monkeypatch.setattr(server_module, "connection_of", no_scan)
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"))) as gateway,
+    ):
+        streamed = post(gateway.base_url, "/chat/completions", chat_body(4))
+    assert streamed.done
+    assert len(found) == 1
+    assert hasattr(found[0], "get_write_buffer_size")

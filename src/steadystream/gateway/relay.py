@@ -144,7 +144,7 @@ class StreamRelay(Relay):
                 return
             await self._commit(send)
             find = self.state.transport_of
-            self.transport = find(scope) if find is not None else None
+            self.transport = find(scope, send) if find is not None else None
             if self.pacer is None:
                 self.outlet = RawOutlet(ctx, send, self.transport)
                 self._spawn(write_raw(ctx, self.outlet))

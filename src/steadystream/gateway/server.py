@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Scope
+from starlette.types import ASGIApp, Scope, Send
 
 from steadystream._serving import (
     ServedApp,
@@ -37,11 +37,19 @@ from steadystream.gateway.state import GatewayState
 __all__ = ["GatewayServer", "serve", "serve_on"]
 
 
-def _transport_of(server: uvicorn.Server) -> Callable[[Scope], asyncio.WriteTransport | None]:
-    """Finds a request's connection among uvicorn's (by the client's address and port)."""
+def _transport_of(
+    server: uvicorn.Server,
+) -> Callable[[Scope, Send], asyncio.WriteTransport | None]:
+    """Finds a request's connection: the one behind uvicorn's own ``send`` when nothing
+    wrapped it, else among uvicorn's connections (by the client's address and port, a scan
+    of every open connection)."""
 
-    def find(scope: Scope) -> asyncio.WriteTransport | None:
-        transport = getattr(connection_of(server, scope), "transport", None)
+    def find(scope: Scope, send: Send) -> asyncio.WriteTransport | None:
+        cycle = getattr(send, "__self__", None)  # uvicorn's request-response cycle
+        if cycle is not None and getattr(cycle, "scope", None) is scope:
+            transport = getattr(cycle, "transport", None)
+        else:
+            transport = getattr(connection_of(server, scope), "transport", None)
         # uvloop's transports do not derive from asyncio's: check what is used.
         usable = hasattr(transport, "get_write_buffer_size") and hasattr(transport, "abort")
         return transport if usable else None

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from starlette.types import Scope
+from starlette.types import Scope, Send
 
 from steadystream._clock import Clock
 from steadystream.gateway.auth import Authenticator
@@ -59,7 +59,7 @@ class GatewayState:
     recorder: TimelineSink | None = None
     log: logging.Logger = field(default=log)
     model_labels: ModelLabels = field(default_factory=lambda: ModelLabels([], 100))
-    transport_of: Callable[[Scope], asyncio.WriteTransport | None] | None = None
+    transport_of: Callable[[Scope, Send], asyncio.WriteTransport | None] | None = None
     """The client connection of a request, when the server that runs the app can tell
     (``GatewayServer`` and ``serve`` can): the relay sends without a hop through its buffer
     while the connection's write buffer is empty, and drops a stuck client's connection."""
