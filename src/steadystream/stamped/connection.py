@@ -92,9 +92,11 @@ class StampedConnection:
         self._closed = False
         self._stamp = 0
         self._head_bytes = 0
+        self._head_read = 0  # bytes fed to the parser before the head was complete
         self._headers: dict[str, str] = {}
         self._header_name = b""
         self._head: ResponseHead | None = None
+        self._interim = False  # parsing a 1xx answer, which the final one follows
         self._framed = False  # chunked or content-length: an early close is a truncation
         self._early: list[tuple[int, bytes]] = []
         self._early_bytes = 0
@@ -167,9 +169,21 @@ class StampedConnection:
     # -- reading -------------------------------------------------------------------------
 
     async def head(self) -> ResponseHead:
-        """Wait for the status line and headers (the read timeout applies)."""
-        while self._head is None:
-            await self._wait()
+        """Wait for the status line and headers, at most the read timeout in all.
+
+        A server that dribbles its head a byte at a time keeps the connection busy, not
+        idle: the whole head gets the read timeout, not each of its reads.
+        """
+        try:
+            async with asyncio.timeout(self._read_timeout_s):
+                while self._head is None:
+                    await self._wait()
+        except TimeoutError:
+            error = UpstreamStreamError(
+                "read timed out: the response head took longer than the read timeout"
+            )
+            self._fail(error)
+            raise error from None
         return self._head
 
     async def stream_body(self, sink: BodySink) -> int:
@@ -391,6 +405,14 @@ class StampedConnection:
                 if self._tls is not None:
                     data = self._tls.decrypt(data)
                 self._parser.feed_data(data)
+                if self._head is None:
+                    # httptools holds a header line until it ends, and a status line has
+                    # no callback here: a head that never ends is cut off by its size.
+                    self._head_read += len(data)
+                    if self._head_read > _HEAD_LIMIT:
+                        raise ProtocolError(
+                            f"the response headers are larger than {_HEAD_LIMIT} bytes"
+                        )
             except httptools.HttpParserCallbackError as exc:
                 # Raised by our callbacks or the caller's sink: that error, not the parser's.
                 self._fail(exc.__context__ or exc)
@@ -429,6 +451,8 @@ class StampedConnection:
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._complete:
+            return
         self._head_bytes += len(name) + len(value) + 4
         if self._head_bytes > _HEAD_LIMIT:
             raise ProtocolError(f"the response headers are larger than {_HEAD_LIMIT} bytes")
@@ -439,7 +463,14 @@ class StampedConnection:
         self._headers[key] = previous + value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        if self._complete:
+            return  # bytes after the response are not a second one
         status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # An interim answer (100 Continue, 103 Early Hints): the final one follows.
+            self._interim = True
+            self._headers = {}
+            return
         headers = self._headers
         self._framed = (
             "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
@@ -448,7 +479,7 @@ class StampedConnection:
         self._head = ResponseHead(status, reason, headers, self._stamp)
 
     def on_body(self, body: bytes) -> None:
-        if self._stopped:
+        if self._stopped or self._complete:
             return
         sink = self._sink
         if sink is None:
@@ -460,4 +491,7 @@ class StampedConnection:
             self._stop()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self._complete = True
