@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -63,6 +63,8 @@ def glass_routes(
             report = parse_report(raw, limits)
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # the page left before its report was in: nothing to keep
+            return Response(status_code=400)
         accept(report.timelines(keep_text=keep_text))
         return Response(status_code=204)
 

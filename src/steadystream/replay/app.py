@@ -25,18 +25,19 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from steadystream._api_errors import ApiError, error_response, json_response, read_body
 from steadystream._clock import Clock, MonotonicClock
+from steadystream._exceptions import InputError
 from steadystream.glass.intake import GlassLimits
 from steadystream.glass.routes import glass_routes
 from steadystream.lab.api import ChatRequest, CompletionRequest, parse_body
 from steadystream.lab.truth import RequestTruth, TruthStore
 from steadystream.lab.wire import SseFormat
-from steadystream.replay.inject import Injection, inject
+from steadystream.replay.inject import MAX_INJECTIONS, Injection, inject
 from steadystream.replay.response import ReplayResponse
 from steadystream.replay.source import RecordedStreams, plan_of
 from steadystream.timeline import Timeline
@@ -82,6 +83,8 @@ def create_app(
     stall_limit_ns: int = _DEFAULT_STALL_LIMIT_NS,
 ) -> Starlette:
     """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play."""
+    if len(injections) > MAX_INJECTIONS:
+        raise InputError(f"inject: {len(injections):,} injections; at most {MAX_INJECTIONS:,}")
     state = ReplayState(
         streams=RecordedStreams.choose(timelines, where, only),
         injections=tuple(injections),
@@ -149,6 +152,8 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
                     )
         except ApiError as exc:
             return exc.response(headers)
+        except ClientDisconnect:  # left before its body was in: nobody to answer
+            return Response(status_code=400, headers=headers)
         ordinal = next(state.ordinals)
         if recorded is None:
             recorded = state.next_stream(ordinal)

@@ -33,7 +33,7 @@ from steadystream._causes import Cause
 from steadystream._exceptions import SpecError
 from steadystream._units import parse_duration
 
-__all__ = ["Injection", "Plan", "Position", "inject", "parse_injection"]
+__all__ = ["MAX_INJECTIONS", "Injection", "Plan", "Position", "inject", "parse_injection"]
 
 Kind = Literal["pause", "stall", "burst", "jitter", "truncate"]
 Cut = Literal["stall", "truncate"]
@@ -46,6 +46,11 @@ _PERCENT = re.compile(r"^([0-9]*\.?[0-9]+)%$")
 _PERCENT_RANGE = re.compile(r"^([0-9]*\.?[0-9]+)-([0-9]*\.?[0-9]+)%$")
 _TOKEN = re.compile(r"^token=([0-9]+)(?:-([0-9]+))?$")
 _MAX_BURST = 1_000_000
+# Bounds that keep every planned instant a 64-bit count of ns (the ground truth's form):
+# MAX_INJECTIONS faults of a day each stay far below 2**63 ns.
+_MAX_DURATION_NS = 86_400 * 1_000_000_000
+_MAX_TOKEN = 1_000_000_000
+MAX_INJECTIONS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,8 @@ def _duration(text: str, where: str, name: str) -> int:
         raise
     if value <= 0:
         raise SpecError(f"{where}: {name} duration {text!r} must be above zero")
+    if value > _MAX_DURATION_NS:
+        raise SpecError(f"{where}: {name} duration {text!r} is longer than a day (24h)")
     return value
 
 
@@ -175,6 +182,8 @@ def _position(text: str, where: str) -> Position:
         high_token = int(match.group(2)) if match.group(2) else low_token
         if low_token > high_token:
             raise SpecError(f"{where}: position range {text!r} goes backwards")
+        if high_token > _MAX_TOKEN:
+            raise SpecError(f"{where}: position {text!r} is past token {_MAX_TOKEN:,}")
         return Position("token", low_token, high_token)
     raise SpecError(
         f"{where}: cannot read position {text!r} (accepted: start, 50%, 40-60%, token=40,"
