@@ -12,11 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from steadystream._exceptions import InputError, SpecError
+from steadystream.cli import _register, app
 from steadystream.replay import create_app, parse_injection
 from steadystream.replay.inject import MAX_INJECTIONS, Plan, inject
 from tests.conftest import make_timeline
+from tests.report.conftest import SAMPLE_RUN
+
+_register()
 
 DAY_NS = 86_400 * 1_000_000_000
 
@@ -105,3 +110,22 @@ def test_a_client_that_leaves_mid_body_is_no_traceback(path: str) -> None:
     assert sent[0]["status"] == 400
     assert app.state.replay.truths.ids() == []  # nothing was played to nobody
     assert list(app.state.replay.glass) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--where", "bogus"], "where: unknown vantage point 'bogus'"),
+        (["--seed", "-1"], "seed: -1 is negative"),
+        (["--port", "99999"], "--port"),
+        (["--stall-limit", "1e400s"], "not a finite duration"),
+        (["--inject", "pause:1e30s@50%"], "longer than a day"),
+    ],
+)
+def test_replay_refuses_bad_options_before_serving(args: list[str], match: str) -> None:
+    result = CliRunner().invoke(app, ["replay", str(SAMPLE_RUN), *args])
+    assert result.exit_code == 2
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    # rich wraps the message in a box: compare without the box and the line breaks
+    flat = "".join(result.output.replace("│", "").split())
+    assert "".join(match.split()) in flat

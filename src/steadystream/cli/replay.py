@@ -37,7 +37,7 @@ def replay(
         str, typer.Option(help="How long a stall:forever holds a stream before cutting it.")
     ] = "5m",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,
 ) -> None:
     """Serve RUN's streams with their recorded timing and chunking, and the faults you inject.
 
@@ -54,7 +54,7 @@ def replay(
         injections = [parse_injection(spec) for spec in inject or []]
         timelines = read_timelines(run).timelines
         # fail here, with a clear message, rather than inside uvicorn
-        create_app(timelines, injections=injections, where=where, only=only or ())
+        create_app(timelines, injections=injections, seed=seed, where=where, only=only or ())
     typer.echo(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
         f" seed {seed}, at http://{host}:{port}/v1"

@@ -85,6 +85,8 @@ def create_app(
     """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play."""
     if len(injections) > MAX_INJECTIONS:
         raise InputError(f"inject: {len(injections):,} injections; at most {MAX_INJECTIONS:,}")
+    if seed < 0:  # numpy seeds each request's draws with (seed, ordinal): 0 or more
+        raise InputError(f"seed: {seed} is negative (0 or more)")
     state = ReplayState(
         streams=RecordedStreams.choose(timelines, where, only),
         injections=tuple(injections),

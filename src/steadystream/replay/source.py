@@ -42,7 +42,13 @@ class RecordedStreams:
         if not present:
             raise InputError("the run has no streams to replay")
         if where is not None:
-            chosen = Where(where)
+            try:
+                chosen = Where(where)
+            except ValueError:
+                names = ", ".join(w.value for w in Where)
+                raise InputError(
+                    f"where: unknown vantage point {where!r} (one of: {names})"
+                ) from None
             if chosen not in present:
                 names = ", ".join(w.value for w in present)
                 raise InputError(
