@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from steadystream._api_errors import ApiError
 from steadystream._types import Event, EventKind, Outcome, TokenSource, Where
@@ -39,6 +47,10 @@ GLASS_SCHEMA = "steadystream.glass/1"
 _STREAM_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _DAY_MS = 86_400_000.0
 _MAX_TOKENS_PER_EVENT = 100_000
+# Numbers must be JSON numbers: pydantic's lax mode would read "1.5" as a time and true as
+# a token, so text where a number goes would be recorded as one.
+_Number = Annotated[float, Strict()]
+_Count = Annotated[int, Strict()]
 
 
 class GlassLimits(BaseModel):
@@ -58,19 +70,19 @@ class GlassReport(BaseModel):
 
     schema_: Literal["steadystream.glass/1"] = Field(alias="schema")
     stream_id: str
-    started_at: float | None = Field(None, ge=0, le=1e11)
+    started_at: _Number | None = Field(None, ge=0, le=1e11)
     labels: dict[str, str] = Field(default_factory=dict, max_length=16)
     outcome: Literal["complete", "cancelled", "error", "truncated"] = "complete"
-    first_byte_ms: float | None = Field(None, ge=0, le=_DAY_MS)
-    end_ms: float | None = Field(None, ge=0, le=_DAY_MS)
-    arrivals: list[tuple[float, int]]
-    frames: list[tuple[float, int]]
+    first_byte_ms: _Number | None = Field(None, ge=0, le=_DAY_MS)
+    end_ms: _Number | None = Field(None, ge=0, le=_DAY_MS)
+    arrivals: list[tuple[_Number, _Count]]
+    frames: list[tuple[_Number, _Count]]
     texts: list[str] | None = None
 
     @field_validator("stream_id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _STREAM_ID.match(value):
+        if not _STREAM_ID.fullmatch(value):  # match's $ lets a trailing line break in
             raise ValueError("1 to 128 of A-Z a-z 0-9 . _ : -")
         return value
 

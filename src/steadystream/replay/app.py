@@ -50,6 +50,9 @@ _MAX_BODY = 1_048_576
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _KEEP_TRUTHS = 10_000
 _KEEP_GLASS = 20_000
+# A post may carry 2 x 20,000 events (about 1 MB kept): the reports are bounded by their
+# events too, or 20,000 posts of a hostile page would hold gigabytes.
+_KEEP_GLASS_EVENTS = 4_000_000
 _DEFAULT_STALL_LIMIT_NS = 300_000_000_000
 
 
@@ -64,12 +67,22 @@ class ReplayState:
     stall_limit_ns: int
     truths: TruthStore = field(default_factory=lambda: TruthStore(_KEEP_TRUTHS))
     sources: dict[str, tuple[str, list[dict[str, object]]]] = field(default_factory=dict)
-    glass: deque[Timeline] = field(default_factory=lambda: deque(maxlen=_KEEP_GLASS))
+    glass: deque[Timeline] = field(default_factory=deque)
+    glass_events: int = 0
     ordinals: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def next_stream(self, ordinal: int) -> Timeline:
         return self.streams.streams[ordinal % len(self.streams)]
+
+    def keep_glass(self, timelines: Sequence[Timeline]) -> None:
+        """Keep a page's report; the oldest go past ``_KEEP_GLASS`` or ``_KEEP_GLASS_EVENTS``."""
+        glass = self.glass
+        for timeline in timelines:
+            glass.append(timeline)
+            self.glass_events += len(timeline)
+        while len(glass) > _KEEP_GLASS or (self.glass_events > _KEEP_GLASS_EVENTS and glass):
+            self.glass_events -= len(glass.popleft())
 
 
 def create_app(
@@ -102,7 +115,7 @@ def create_app(
         Route("/replay/requests", _request_ids(state), methods=["GET"]),
         Route("/replay/requests/{request_id:path}", _truth(state), methods=["GET"]),
         Route("/healthz", _health, methods=["GET"]),
-        *glass_routes(state.glass.extend, GlassLimits()),
+        *glass_routes(state.keep_glass, GlassLimits()),
     ]
     cors = Middleware(
         CORSMiddleware,
@@ -192,7 +205,7 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
 
 
 def _request_id(state: ReplayState, given: str | None) -> str:
-    if not given or not _REQUEST_ID.match(given):
+    if not given or not _REQUEST_ID.fullmatch(given):
         while (candidate := f"replay-{next(state.ids):06d}") in state.truths:
             pass
         return candidate
