@@ -119,6 +119,9 @@ def _scrape(record: object, path: Path, number: int) -> tuple[float, dict[str, f
     for name, value in values.items():
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise InputError(f"{where}: field 'values.{name}' must be a number, got {value!r}")
+        if value < 0 and str(name).endswith("_total"):
+            # A Prometheus counter never goes below zero; this is not a scrape.
+            raise InputError(f"{where}: field 'values.{name}' is a counter below zero: {value!r}")
         clean[str(name)] = float(value)
     return float(t), clean
 

@@ -71,14 +71,18 @@ _FORMS = {"--qoe-form": ("exact", "discrete"), "--fluidity-form": ("documented",
 EXIT_USAGE = 2  # unusable input: a bad file, option or configuration
 
 
-def duration_ns(value: str, name: str) -> int:
-    """Parse a duration option (``400ms``, ``1.5s``) or exit naming the option."""
+def duration_ns(value: str, name: str, *, positive: bool = False) -> int:
+    """Parse a duration option (``400ms``, ``1.5s``) or exit naming the option;
+    ``positive``: zero (or what rounds to it) is refused too."""
     from steadystream._units import parse_duration
 
     try:
-        return parse_duration(value, name=name)
+        ns = parse_duration(value, name=name)
     except SteadystreamError as exc:
         raise typer.BadParameter(str(exc), param_hint=name) from exc
+    if positive and ns <= 0:
+        raise typer.BadParameter(f"{value!r}: must be above zero", param_hint=name)
+    return ns
 
 
 @contextmanager
@@ -122,12 +126,7 @@ def metric_config(
         "--fluidity-first-deadline": fluidity_first_deadline,
         "--fluidity-deadline": fluidity_deadline,
     }
-    ns = {option: duration_ns(value, option) for option, value in durations.items()}
-    for option, nanoseconds in ns.items():
-        if nanoseconds <= 0:
-            raise typer.BadParameter(
-                f"{durations[option]!r}: must be above zero", param_hint=option
-            )
+    ns = {option: duration_ns(value, option, positive=True) for option, value in durations.items()}
     return MetricConfig(
         stall_threshold_ns=ns["--stall-threshold"],
         ttft_target_ns=ns["--ttft-target"],

@@ -55,7 +55,7 @@ def explain(
     from steadystream.cli import _explain_view
     from steadystream.cli._inputs import read_engine_beside
 
-    threshold = duration_ns(stall_threshold, "--stall-threshold")
+    threshold = duration_ns(stall_threshold, "--stall-threshold", positive=True)
     if stalls < 0 or worst < 0:
         raise typer.BadParameter("must be 0 or more", param_hint="--stalls/--worst")
     with exit_on_error():

@@ -57,8 +57,8 @@ def gate(
     from steadystream.metrics import MetricConfig
 
     config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold", positive=True),
+        ttft_target_ns=duration_ns(ttft_target, "--ttft-target", positive=True),
     )
     with exit_on_error():
         rules = parse_rules(max_regression or [], defaults=not no_defaults)

@@ -56,8 +56,8 @@ def whatif(
     from steadystream.shaping.whatif import what_if
 
     config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold"),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target"),
+        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold", positive=True),
+        ttft_target_ns=duration_ns(ttft_target, "--ttft-target", positive=True),
     )
     limit = None if max_added_ttft is None else duration_ns(max_added_ttft, "--max-added-ttft")
     specs = pacer or [name for name in PACERS if name != "passthrough"]
