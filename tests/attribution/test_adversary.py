@@ -106,3 +106,14 @@ def test_a_truth_file_of_another_run_scores_nothing_and_says_so(run: Path, tmp_p
     assert truth["share_right"] is None
     assert truth["scored_s"] == 0
     assert len(read_timelines(run).timelines) == 2
+
+
+@pytest.mark.parametrize("start_ms", [1e305, -1e305, 9e12])
+def test_a_wall_clock_past_64_bits_of_ns_is_no_wall_clock(tmp_path: Path, start_ms: float) -> None:
+    path = tmp_path / "far.jsonl"
+    write_jsonl(path, [stream(GAP, stream_id="a", start_ms=start_ms)])
+    for command in ("explain", "analyze"):
+        result = runner.invoke(app, [command, str(path), "--json"])
+        assert result.exit_code == 0, result.output  # old code: OverflowError traceback
+    (stall,) = orjson.loads(runner.invoke(app, ["explain", str(path), "--json"]).output)["stalls"]
+    assert stall["duration_s"] == pytest.approx(0.6)

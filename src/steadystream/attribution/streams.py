@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+_MAX_WALL_S = 9e9  # unix seconds whose ns fit in 64 bits (until the year 2255)
 
 EDGE_RANK = {
     Where.LAB: 0,
@@ -69,7 +70,7 @@ class StreamView:
             event_index=positions,
             times=times,
             text_bytes=timeline.text_bytes[mask].astype(np.int64),
-            wall0_ns=None if timeline.started_at is None else round(timeline.started_at * 1e9),
+            wall0_ns=_wall_ns(timeline.started_at),
             typical_arrival=_typical_arrival(times),
             tokens_per_chunk=tokens / len(times) if len(times) else None,
             token_source=timeline.token_source,
@@ -204,3 +205,10 @@ def _typical_arrival(times: IntArray) -> float:
     breaks = np.flatnonzero(np.diff(times) >= ARRIVAL_WINDOW_NS)
     edges = np.concatenate(([0], breaks + 1, [len(times)]))
     return float(np.median(np.diff(edges)))
+
+
+def _wall_ns(started_at: float | None) -> int | None:
+    """``started_at`` in ns; None (no wall clock: joined by id only) past what 64 bits hold."""
+    if started_at is None or not abs(started_at) < _MAX_WALL_S:
+        return None
+    return round(started_at * 1e9)
