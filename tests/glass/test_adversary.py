@@ -90,3 +90,14 @@ def test_the_replay_keeps_at_most_its_count_of_reports(monkeypatch: pytest.Monke
         state.keep_glass([make_timeline([1.0], stream_id=f"g-{n}")])
     assert [t.stream_id for t in state.glass] == ["g-2", "g-3", "g-4"]
     assert state.glass_events == 3 * len(make_timeline([1.0]))
+
+
+def test_the_text_limit_counts_bytes_not_characters() -> None:
+    limits = GlassLimits(max_text_bytes=1024)
+    emoji = "\N{GRINNING FACE}" * 200  # 200 characters, 800 bytes
+    body = report(texts=[emoji, emoji])  # 1,600 bytes: over, though 400 characters are not
+    with pytest.raises(ApiError) as caught:
+        parse_report(orjson.dumps(body), limits)
+    assert (caught.value.status, caught.value.param) == (413, "texts")
+    fits = report(texts=[emoji, "ok"])
+    assert parse_report(orjson.dumps(fits), limits).texts == [emoji, "ok"]

@@ -183,7 +183,7 @@ def parse_report(raw: bytes, limits: GlassLimits) -> GlassReport:
                 413, f"{name} has {len(items)} events; at most {limits.max_events}", param=name
             )
     texts = data.get("texts")
-    if isinstance(texts, list) and sum(len(str(t)) for t in texts) > limits.max_text_bytes:
+    if isinstance(texts, list) and _utf8_size(texts) > limits.max_text_bytes:
         raise ApiError(413, f"texts exceed {limits.max_text_bytes} bytes", param="texts")
     try:
         return GlassReport.model_validate(data)
@@ -192,3 +192,8 @@ def parse_report(raw: bytes, limits: GlassLimits) -> GlassReport:
         field = ".".join(str(part) for part in error["loc"]) or "body"
         message = error["msg"].removeprefix("Value error, ")
         raise ApiError(400, f"{field}: {message}", param=field) from exc
+
+
+def _utf8_size(texts: list[Any]) -> int:
+    """The bytes the texts hold (the limit is in bytes: one emoji is four of them)."""
+    return sum(len(str(t).encode("utf-8", "surrogatepass")) for t in texts)
