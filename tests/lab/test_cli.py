@@ -31,6 +31,13 @@ def test_list_prints_one_line_per_preset() -> None:
     assert [line.split()[0] for line in lines] == list(PRESETS)
 
 
+def test_a_port_out_of_range_is_refused_before_serving() -> None:
+    result = runner.invoke(app, ["lab", "--port", "99999"])
+    assert result.exit_code == 2
+    assert "--port" in result.output
+    assert "65535" in result.output
+
+
 def test_a_bad_scenario_exits_with_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("scheduler:\n  step_base_ms: fast\n", encoding="utf-8")

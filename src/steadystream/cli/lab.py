@@ -16,7 +16,7 @@ def lab(
         str, typer.Option("--scenario", "-s", help="A preset name or a scenario YAML file.")
     ] = "steady",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,
     seed: Annotated[int, typer.Option(help="Same seed + scenario + arrivals: same pauses.")] = 0,
     record: Annotated[
         Path | None,
