@@ -1,4 +1,5 @@
-"""What every pydantic configuration here shares: the ``Duration`` type, and one describer.
+"""What every pydantic configuration here shares: the ``Duration`` and ``Workers`` types, and
+one describer.
 
 The gateway's YAML file, the lab's scenarios and bench's options are pydantic models. They
 read durations the same way (``1.5s``, ``400ms``, a bare number of seconds; held as integer
@@ -8,15 +9,24 @@ and, for an unknown key, the keys accepted there (:func:`describe_errors`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from steadystream._exceptions import SpecError
 from steadystream._units import parse_duration
 
-__all__ = ["Duration", "accepted_keys", "describe_errors", "duration_text", "yaml_key"]
+__all__ = [
+    "Duration",
+    "Workers",
+    "accepted_keys",
+    "describe_errors",
+    "duration_text",
+    "usable_cores",
+    "yaml_key",
+]
 
 _DURATION_FORMS = "a duration is a number of seconds or a string like 1.5s or 400ms"
 
@@ -36,6 +46,36 @@ def _duration(value: Any) -> Any:
 
 Duration = Annotated[int, BeforeValidator(_duration)]
 """Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
+
+
+_WORKERS_PER_CORE = 4
+"""The most worker processes per core: one per core is the most that adds throughput, and a
+number far past it is a typo that would fork the machine to a halt."""
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _workers(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isdigit():  # from the command line
+        value = int(value)
+    if value == "auto":
+        return value
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("a whole number of processes (at least 1) or auto")
+    most = _WORKERS_PER_CORE * usable_cores()
+    if value > most:
+        raise ValueError(
+            f"{value} processes is more than {_WORKERS_PER_CORE} per core on this machine "
+            f"(at most {most} for {usable_cores()} cores); auto gives one per core"
+        )
+    return value
+
+
+Workers = Annotated[int | Literal["auto"], BeforeValidator(_workers)]
+"""A number of worker processes, at most four per core, or ``auto`` (one per core)."""
 
 
 def duration_text(ns: int) -> str:

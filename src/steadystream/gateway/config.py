@@ -12,7 +12,6 @@ environment variables that hold them and are read when the app is built
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,7 +30,7 @@ from pydantic import (
 
 from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_size
-from steadystream._validation import Duration, describe_errors
+from steadystream._validation import Duration, Workers, describe_errors, usable_cores
 
 __all__ = [
     "CorsConfig",
@@ -94,31 +93,6 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_WORKERS_PER_CORE = 4
-"""The most worker processes per core: one per core is the most that adds throughput, and a
-number far past it is a typo that would fork the machine to a halt."""
-
-
-def _cores() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
-
-
-def _workers(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().isdigit():  # from the command line
-        value = int(value)
-    if value == "auto":
-        return value
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError("a whole number of processes (at least 1) or auto")
-    most = _WORKERS_PER_CORE * _cores()
-    if value > most:
-        raise ValueError(
-            f"{value} processes is more than {_WORKERS_PER_CORE} per core on this machine "
-            f"(at most {most} for {_cores()} cores); auto gives one per core"
-        )
-    return value
-
-
 class ServerConfig(_Section):
     """Where the gateway listens."""
 
@@ -137,7 +111,7 @@ class ServerConfig(_Section):
     body_timeout: Duration = Field(
         30_000_000_000, gt=0, description="the longest wait for a request body to arrive"
     )
-    workers: Annotated[int | Literal["auto"], BeforeValidator(_workers)] = Field(
+    workers: Workers = Field(
         1,
         description="processes serving the one port, each with its own event loop; auto: one"
         " per core",
@@ -147,7 +121,7 @@ class ServerConfig(_Section):
     def worker_count(self) -> int:
         """``workers`` as a number: ``auto`` is the cores this process may run on."""
         if self.workers == "auto":
-            return _cores()
+            return usable_cores()
         return self.workers
 
 
