@@ -19,6 +19,7 @@ from steadystream.cli import _register, app
 from steadystream.replay import create_app, parse_injection
 from steadystream.replay.inject import MAX_INJECTIONS, Plan, inject
 from tests.conftest import make_timeline
+from tests.replay.conftest import http_scope
 from tests.report.conftest import SAMPLE_RUN
 
 _register()
@@ -70,20 +71,9 @@ def test_more_injections_than_the_bound_are_refused() -> None:
 
 async def _left_before_the_body(app: Any, path: str) -> list[dict[str, Any]]:
     """One POST whose client leaves after half its declared body."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "server": ("127.0.0.1", 1),
-        "client": ("127.0.0.1", 2),
-        "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")],
-    }
+    scope = http_scope(
+        "POST", path, [(b"content-type", b"application/json"), (b"content-length", b"100")]
+    )
     messages = [
         {"type": "http.request", "body": b'{"model": "m", ', "more_body": True},
         {"type": "http.disconnect"},

@@ -13,6 +13,7 @@ from steadystream.protocol.openai import timeline_from_sse
 from steadystream.replay import create_app, parse_injection
 from steadystream.timeline import Timeline
 from tests.conftest import make_timeline
+from tests.replay.conftest import http_scope
 
 MS = 1_000_000
 GAPS_MS = [30.0, 12.0, 250.0, 20.0, 20.0, 5.0, 40.0, 20.0, 20.0, 33.0]
@@ -36,24 +37,15 @@ class Exchange:
         self.sent: list[tuple[int, dict[str, Any]]] = []
         self.leave = asyncio.Event()
         raw = orjson.dumps(body)
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "server": ("127.0.0.1", 1),
-            "client": ("127.0.0.1", 2),
-            "headers": [
+        scope = http_scope(
+            "POST",
+            path,
+            [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(raw)).encode()),
             ]
             + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        }
+        )
         first = True
 
         async def receive() -> dict[str, Any]:
@@ -117,18 +109,7 @@ async def get(app: Any, path: str) -> tuple[int, Any]:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "GET",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "headers": [],
-        "scheme": "http",
-        "server": ("127.0.0.1", 1),
-        "root_path": "",
-        "http_version": "1.1",
-    }
+    scope = http_scope("GET", path)
     await app(scope, receive, send)
     return sent[0]["status"], orjson.loads(b"".join(m.get("body", b"") for m in sent[1:]))
 
