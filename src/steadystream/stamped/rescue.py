@@ -74,7 +74,7 @@ class StallRescuer:
         self._poller = select.epoll()  # kernel-stamped connections: what is readable
         self._errors = select.epoll()  # every connection: reset or hung up (mask 0)
         self._beat_ns = time.monotonic_ns()
-        self._beat_reads = 0  # loop_work at the last heartbeat
+        self._beat_work = 0  # loop_work at the last heartbeat
         self._thread: threading.Thread | None = None
         self._beating = False
         try:
@@ -117,7 +117,7 @@ class StallRescuer:
 
     def _beat(self) -> None:
         self._beat_ns = time.monotonic_ns()
-        self._beat_reads = self.loop_work
+        self._beat_work = self.loop_work
         if self._timer is not None:
             self._timer.arm(self.stall_ns)
         if self._watched:
@@ -152,12 +152,12 @@ class StallRescuer:
 
     def _rescue_while_stalled(self) -> None:
         # Work since the last heartbeat: a loop that read or handed on while late is working.
-        seen_reads = self._beat_reads
+        seen = self._beat_work
         while time.monotonic_ns() - self._beat_ns > self.stall_ns:
             # A loop working through a burst (reading all the while) is late but not stalled:
             # reading beside it would only contend for the GIL, which it lets go of on every
             # socket call. A loop that did nothing since our last look is stalled.
-            working, seen_reads = self.loop_work != seen_reads, self.loop_work
+            working, seen = self.loop_work != seen, self.loop_work
             if not self._look(working=working):
                 return
             time.sleep(self.poll_s)
