@@ -6,6 +6,7 @@ status, the shape the ``openai`` SDK turns into a typed exception.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -14,7 +15,16 @@ from starlette.responses import Response
 
 from steadystream.protocol.openai import error_payload
 
-__all__ = ["ApiError", "error_response", "json_response", "read_body"]
+__all__ = ["ApiError", "error_response", "is_client_id", "json_response", "read_body"]
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def is_client_id(value: str) -> bool:
+    """Whether an id a client chose (a request id, a page's stream id) may be used as given:
+    1 to 128 of ``A-Z a-z 0-9 . _ : -``, safe in a header, a log line and a URL path. The
+    whole value must match (``re.match``'s ``$`` would let a trailing line break in)."""
+    return _CLIENT_ID.fullmatch(value) is not None
 
 
 class ApiError(Exception):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from steadystream._api_errors import ApiError
+from steadystream._api_errors import ApiError, is_client_id
 from steadystream.glass.intake import GlassLimits, parse_report
 from steadystream.replay import app as replay_app
 from steadystream.replay import create_app
@@ -60,6 +60,14 @@ def test_text_where_a_number_goes_is_refused_naming_the_field(
 def test_a_stream_id_with_a_line_break_is_refused(stream_id: str) -> None:
     error = refusal(report(stream_id=stream_id))
     assert (error.status, error.param) == (400, "stream_id")
+
+
+def test_one_rule_for_the_ids_clients_choose() -> None:
+    # The gateway's X-Request-Id, the replay's and a page's stream id: the whole value.
+    for good in ("r-1", "a" * 128, "chatcmpl.1:2_3"):
+        assert is_client_id(good)
+    for bad in ("", "a" * 129, "r-1\n", "\nr-1", "r 1", "r/1", "é"):
+        assert not is_client_id(bad)
 
 
 def test_a_good_report_with_integral_times_is_taken() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from steadystream._api_errors import is_client_id
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import ConfigError, SpecError, UpstreamError
 from steadystream.gateway.auth import Authenticator, Tenant
@@ -65,7 +65,6 @@ __all__ = ["PACER_HEADER", "create_app"]
 
 PACER_HEADER = "X-Steadystream-Pacer"
 _Endpoint = Callable[[Request], Awaitable[Response]]
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _MODELS_TIMEOUT_S = 3.0
 
 
@@ -206,7 +205,7 @@ class _Generation:
         received = state.clock.now_ns()
         request = Request(scope, receive)
         given = request.headers.get("x-request-id")
-        request_id = given if given and _REQUEST_ID.match(given) else new_request_id()
+        request_id = given if given and is_client_id(given) else new_request_id()
         headers = {"x-request-id": request_id}
         tenant_name = "unknown"
         try:

@@ -15,7 +15,6 @@ loopback): every origin may call it, with any header.
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,7 +28,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from steadystream._api_errors import ApiError, error_response, json_response, read_body
+from steadystream._api_errors import (
+    ApiError,
+    error_response,
+    is_client_id,
+    json_response,
+    read_body,
+)
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import InputError
 from steadystream.glass.intake import GlassLimits
@@ -47,7 +52,6 @@ __all__ = ["STREAM_HEADER", "ReplayState", "create_app"]
 STREAM_HEADER = "X-Replay-Stream"
 _Endpoint = Callable[[Request], Awaitable[Response]]
 _MAX_BODY = 1_048_576
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _KEEP_TRUTHS = 10_000
 _KEEP_GLASS = 20_000
 # A post may carry 2 x 20,000 events (about 1 MB kept): the reports are bounded by their
@@ -205,7 +209,7 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
 
 
 def _request_id(state: ReplayState, given: str | None) -> str:
-    if not given or not _REQUEST_ID.fullmatch(given):
+    if not given or not is_client_id(given):
         while (candidate := f"replay-{next(state.ids):06d}") in state.truths:
             pass
         return candidate
