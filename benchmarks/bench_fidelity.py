@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from steadystream._gc import quiet_gc
 from steadystream._processes import Child, free_port, steadystream_command
 from steadystream._units import parse_duration
 from steadystream.bench import (
@@ -312,6 +313,7 @@ def main() -> None:
     parser.add_argument("--stamps", default="kernel,user", help="stamp modes, side by side")
     parser.add_argument("--peer-aiperf", help="path to an aiperf executable to compare")
     args = parser.parse_args()
+    quiet_gc()  # the client runs here: tune this process as the steadystream command does
     loads = [int(v) for v in args.streams.split(",")]
     ramp_ns = parse_duration(args.ramp, name="--ramp")
     results: list[Level] = []

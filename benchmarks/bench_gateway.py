@@ -79,9 +79,8 @@ class Process:
     def pid(self) -> int:
         return self.popen.pid
 
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+    def cpu_seconds(self) -> tuple[float, float]:
+        return _cpu_of(self.pid)
 
     def rss_bytes(self) -> int:
         # nginx and uvicorn may run workers: count the process and its children.
@@ -111,13 +110,20 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def children_cpu(process: Process) -> float:
-    total = process.cpu_seconds()
+def _cpu_of(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of one process (utime, stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def children_cpu(process: Process) -> tuple[float, float]:
+    """User and system CPU seconds of a proxy and its workers."""
+    user, system = process.cpu_seconds()
     for pid in _children(process.pid):
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / _TICKS
-    return total
+            more = _cpu_of(pid)
+            user, system = user + more[0], system + more[1]
+    return user, system
 
 
 def start(name: str, argv: list[str], base_url: str, ready: str, env: dict[str, str]) -> Process:
@@ -308,6 +314,7 @@ class PhaseResult:
     rss_per_stream_kib: float | None = None
     own_p50_ms: float | None = None  # the gateway's own histogram (exact per event, bucketed)
     own_p99_ms: float | None = None
+    proxy_sys_s: float | None = None  # the kernel's part of proxy_cpu_s (reads, writes, epoll)
 
 
 _ADDED = "steadystream_added_latency_seconds"
@@ -358,7 +365,7 @@ def measure(
     own_before = added_buckets(proxy) if path == "gateway" and proxy is not None else None
     idle_rss = proxy.rss_bytes() if proxy is not None else 0
     peak_rss = idle_rss
-    cpu_before = children_cpu(proxy) if proxy is not None else 0.0
+    cpu_before = children_cpu(proxy) if proxy is not None else (0.0, 0.0)
     wall_minus_perf = time.time() - time.perf_counter_ns() / 1e9
     started = time.perf_counter()
 
@@ -373,7 +380,11 @@ def measure(
 
     results = asyncio.run(sample_and_run())
     wall = time.perf_counter() - started
-    cpu = children_cpu(proxy) - cpu_before if proxy is not None else None
+    cpu_after = children_cpu(proxy) if proxy is not None else None
+    cpu = sys_cpu = None
+    if cpu_after is not None:
+        sys_cpu = cpu_after[1] - cpu_before[1]
+        cpu = cpu_after[0] - cpu_before[0] + sys_cpu
     time.sleep(0.5)  # the lab records a request once its writer is done
     lat = latencies_ms(results, work / "truth.jsonl", wall_minus_perf)
     events = sum(len(r.arrivals_ns) for r in results)
@@ -387,7 +398,7 @@ def measure(
     return PhaseResult(
         path, streams, events, sum(r.error is not None for r in results), p50, p90, p99, wall,
         cpu, (peak_rss - idle_rss) / streams / 1024 if proxy is not None else None,
-        own50, own99,
+        own50, own99, sys_cpu,
     )  # fmt: skip
 
 
@@ -447,17 +458,22 @@ def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
     direct = {r.streams: r for r in results if r.path == "direct"}
     print()
     print("| path | streams | events | errors | p50 ms | p99 ms | added p50 ms | added p99 ms "
-          "| own p50 / p99 ms | events/s per proxy CPU s | proxy RSS KiB/stream |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| own p50 / p99 ms | events/s per proxy CPU s | µs per event: user + sys "
+          "| proxy RSS KiB/stream |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         base = direct.get(r.streams)
         added50 = r.p50_ms - base.p50_ms if base and r.path != "direct" else None
         added99 = r.p99_ms - base.p99_ms if base and r.path != "direct" else None
         rate = r.events / r.proxy_cpu_s if r.proxy_cpu_s else None
+        split = "—"
+        if r.proxy_cpu_s and r.proxy_sys_s is not None and r.events:
+            user_us = (r.proxy_cpu_s - r.proxy_sys_s) / r.events * 1e6
+            split = f"{user_us:.1f} + {r.proxy_sys_s / r.events * 1e6:.1f}"
         print(
             f"| {r.path} | {r.streams} | {r.events} | {r.errors} | {r.p50_ms:.2f} | "
             f"{r.p99_ms:.2f} | {_fmt(added50)} | {_fmt(added99)} | "
-            f"{_fmt(r.own_p50_ms, 3)} / {_fmt(r.own_p99_ms, 3)} | {_fmt(rate, 0)} | "
+            f"{_fmt(r.own_p50_ms, 3)} / {_fmt(r.own_p99_ms, 3)} | {_fmt(rate, 0)} | {split} | "
             f"{_fmt(r.rss_per_stream_kib, 1)} |"
         )
     for path, why in skipped.items():

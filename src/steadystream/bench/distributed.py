@@ -32,6 +32,7 @@ import numpy as np
 from steadystream import _ray
 from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
 from steadystream._exceptions import SpecError, SteadystreamError
+from steadystream._gc import quiet_gc
 from steadystream.bench.health import client_health
 from steadystream.bench.lag import lag_stats
 from steadystream.bench.progress import RunProgress
@@ -42,6 +43,15 @@ from steadystream.bench.worker import BenchWorker, WorkerPoll, WorkerReport
 from steadystream.timeline import Timeline
 
 __all__ = ["RayBench", "RayRunner"]
+
+
+class _ActorWorker(BenchWorker):
+    """A worker alone in its process (a Ray actor): it tunes that process's collector."""
+
+    def __init__(self, settings: BenchSettings, worker: int) -> None:
+        quiet_gc()
+        super().__init__(settings, worker)
+
 
 _POLL_NS = 250 * NS_PER_MS
 _START_LEAD_NS = 500 * NS_PER_MS  # time for every worker to hear "start" before it is due
@@ -94,7 +104,7 @@ class RayBench:
                     f"--workers {self.workers} is more than the Ray cluster's {cpus} CPUs "
                     "(each worker takes one); leave it out for one per CPU"
                 )
-            actor = ray.remote(num_cpus=1)(BenchWorker)
+            actor = ray.remote(num_cpus=1)(_ActorWorker)
             self._actors = [actor.remote(self.settings, w) for w in range(self.workers)]
             self.where = await self.call_all("open")
         except BaseException:

@@ -7,6 +7,7 @@ import importlib
 import typer
 
 from steadystream.__about__ import __version__
+from steadystream._gc import quiet_gc
 
 app = typer.Typer(
     name="steadystream",
@@ -54,5 +55,9 @@ def _register() -> None:
 
 
 def main() -> None:
+    """The ``steadystream`` command: this process is ours, so its collector is tuned
+    (:func:`~steadystream._gc.quiet_gc`; a load generator's full collections stall its loop
+    long enough for events to share a kernel stamp, docs/performance.md)."""
+    quiet_gc()
     _register()
     app()

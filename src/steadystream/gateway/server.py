@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Scope, Send
 
+from steadystream._gc import quiet_gc
 from steadystream._serving import (
     ServedApp,
     connection_of,
@@ -94,6 +95,7 @@ def serve_on(
     uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
     app.state.gateway.transport_of = _transport_of(server)
+    quiet_gc()  # this is the process's own server (GatewayServer, a thread, leaves it be)
     server.run(sockets=[sock])
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import socket
 import struct
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import TypeVar
 import uvicorn
 from starlette.types import Scope
 
+from steadystream._gc import quiet_gc
 from steadystream._serving import (
     BackgroundServer,
     ServedApp,
@@ -37,7 +37,7 @@ from steadystream.lab.scenario import Scenario
 from steadystream.lab.truth import RequestTruth
 from steadystream.timeline import Timeline
 
-__all__ = ["LabServer", "quiet_gc", "serve"]
+__all__ = ["LabServer", "serve"]
 
 _T = TypeVar("_T")
 _LINGER_RESET = struct.pack("ii", 1, 0)
@@ -80,19 +80,6 @@ def serve(
     app.state.lab.resetter = _resetter(server)
     quiet_gc()
     server.run()
-
-
-def quiet_gc() -> None:
-    """Tune this process's garbage collector for the lab's schedule (its own process only).
-
-    With a thousand open streams the collector scans well over 100,000 live objects
-    (coroutines, tasks, buffers), and its full passes stall the event loop for tens of
-    milliseconds: the largest source of scheduling lag. What is loaded at startup lives as
-    long as the process and is frozen out of the scans; young collections run every 10,000
-    allocations instead of 700 (about a millisecond each), and full ones rarely.
-    """
-    gc.freeze()
-    gc.set_threshold(10_000, 50, 100)
 
 
 class LabServer(ServedApp):

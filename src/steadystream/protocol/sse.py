@@ -219,7 +219,7 @@ class SseDecoder:
         # properties must describe the stream as it ended, and a field on an unterminated
         # line never takes effect.
         probe = SseDecoder()
-        for name in self.__slots__:
+        for name in SseDecoder.__slots__:  # a subclass's own slots would miss them
             setattr(probe, name, getattr(self, name))
         probe._data = list(self._data)
         if self._partial:
