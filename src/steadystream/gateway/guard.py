@@ -66,7 +66,7 @@ class Guard:
     ) -> None:
         self._clock = clock
         self._stuck = stuck
-        self._hooks = hooks
+        self._hooks: GuardHooks | None = hooks
         self._keepalive_ns = keepalive_ns
         self._give_up_ns = give_up_ns
         self._poke: asyncio.Future[None] | None = None
@@ -77,8 +77,15 @@ class Guard:
         if poke is not None and not poke.done():
             poke.set_result(None)
 
+    def release(self) -> None:
+        """Let go of the hooks once the stream is over: they lead back to the relay, which
+        holds this guard, and the cycle would wait for the garbage collector."""
+        self._hooks = None
+
     async def run(self) -> None:
         clock, hooks, stuck = self._clock, self._hooks, self._stuck
+        if hooks is None:
+            return
         next_keepalive = clock.now_ns() + self._keepalive_ns
         loop = asyncio.get_running_loop()
         while True:
@@ -86,7 +93,7 @@ class Guard:
             wake = stuck.next_check(now)
             watchdog = hooks.watchdog()
             if watchdog is not None:
-                deadline = self._watch(watchdog, now)
+                deadline = self._watch(hooks, watchdog, now)
                 if deadline is not None:
                     wake = min(wake, deadline)
             stuck.observe(now, hooks.unsent())
@@ -107,9 +114,8 @@ class Guard:
                 sleeper.cancel()
                 self._poke = None
 
-    def _watch(self, watchdog: Watchdog, now: Nanos) -> Nanos | None:
+    def _watch(self, hooks: GuardHooks, watchdog: Watchdog, now: Nanos) -> Nanos | None:
         """Act on an expired deadline; the next deadline to wake for (None: none)."""
-        hooks = self._hooks
         expired = watchdog.expired(now)
         if expired is None:
             return watchdog.deadline()

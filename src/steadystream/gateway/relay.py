@@ -108,15 +108,20 @@ class StreamRelay(Relay):
         return self.ctx.answered
 
     async def __call__(self, scope: Any, receive: Any, send: Send) -> None:
-        await super().__call__(scope, receive, send)
-        transport = self.transport
-        if self.record.outcome is Outcome.CLIENT_STUCK and transport is not None:
-            # Drop the connection of a client that stopped reading (the server would
-            # otherwise close it after complaining that the response was cut short), and
-            # let the server see it go before returning.
-            transport.abort()
-            for _ in range(3):
-                await asyncio.sleep(0)
+        try:
+            await super().__call__(scope, receive, send)
+            transport = self.transport
+            if self.record.outcome is Outcome.CLIENT_STUCK and transport is not None:
+                # Drop the connection of a client that stopped reading (the server would
+                # otherwise close it after complaining that the response was cut short),
+                # and let the server see it go before returning.
+                transport.abort()
+                for _ in range(3):
+                    await asyncio.sleep(0)
+        finally:
+            # The guard's hooks lead back here: without this, every stream would leave a
+            # reference cycle for the garbage collector to find (docs/deploy.md).
+            self.guard.release()
 
     def _close_record(self) -> None:
         record, buffer = self.record, self.ctx.buffer
@@ -180,6 +185,11 @@ class StreamRelay(Relay):
                     task.cancel()
             if self._children:
                 await asyncio.wait(self._children)
+            # A cancelled task keeps its CancelledError, whose traceback keeps the task's
+            # frames, whose ``self`` leads back here: let go of the tasks, or each stream
+            # would leave a cycle for the garbage collector (docs/deploy.md).
+            self._children.clear()
+            self._main = None
 
     def _spawn(self, coro: Any) -> None:
         self._children.append(asyncio.ensure_future(coro))
@@ -212,7 +222,10 @@ class StreamRelay(Relay):
             return attempt
         assert last is not None
         self.ctx.answered = True
-        await self.refuse(send, last)
+        try:
+            await self.refuse(send, last)
+        finally:
+            last = None  # its traceback holds this frame: no cycle through the frame's locals
         return None
 
     async def _open(self, upstream: UpstreamConfig, action: Action) -> Attempt:
@@ -372,6 +385,7 @@ class StreamRelay(Relay):
         finally:
             if not task.done():
                 task.cancel()
+            attempt.task = None  # its frames refer to the attempt: no cycle through it
         if task.cancelled():
             return attempt.failure or Failure(Cause.STALL, "stopped by the watchdog")
         return task.result()

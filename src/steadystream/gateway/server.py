@@ -95,7 +95,7 @@ def serve_on(
     uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
     app.state.gateway.transport_of = _transport_of(server)
-    quiet_gc()  # this is the process's own server (GatewayServer, a thread, leaves it be)
+    quiet_gc()  # the process is this server's (GatewayServer, a thread, leaves it be)
     server.run(sockets=[sock])
 
 

@@ -85,7 +85,10 @@ class WholeRelay(Relay):
             return
         assert last is not None
         self._answered = True
-        await self.refuse(send, last)
+        try:
+            await self.refuse(send, last)
+        finally:
+            last = None  # its traceback holds this frame: no cycle through the frame's locals
 
     async def _answer(
         self, send: Send, status: int, body: bytes, content_type: str, arrived: int

@@ -85,7 +85,9 @@ class StampedConnection:
         self._read_timeout_s = read_timeout_s
         self._loop = asyncio.get_running_loop()
         self._wall = WallToClock(clock.now_ns) if mode is StampMode.KERNEL else None
-        self._parser = httptools.HttpResponseParser(self)
+        # It calls back into this connection: a cycle, broken at close (_let_go).
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        self._draining = False
         self._pending: collections.deque[tuple[int, bytes]] = collections.deque()
         self._lock = threading.Lock()  # the read and its queueing, shared with the rescuer
         self._reading = False
@@ -282,6 +284,8 @@ class StampedConnection:
         with self._lock:
             self._closed = True
             self._sock.close()
+        if not self._draining:  # else drain() lets go of them once the parser has returned
+            self._let_go()
         self._wake(UpstreamStreamError("the connection was closed"))
 
     @property
@@ -392,7 +396,30 @@ class StampedConnection:
         pending = self._pending
         if self._read_timeout_s is not None and pending:
             self._last_activity = self._loop.time()
+        self._draining = True
+        try:
+            self._drain(pending)
+        finally:
+            self._draining = False
+            if self._closed:
+                self._let_go()
+        if self._ended:
+            pending.clear()
+            self._stop_reading()
+        self._wake()
+
+    def _let_go(self) -> None:
+        # The parser calls back into this connection and the sink may be one of its
+        # methods: both are cycles, which would wait for the garbage collector.
+        self._parser = None
+        self._sink = None
+        if self._error is not None:  # raised, its traceback holds frames whose self is this
+            self._error.__traceback__ = None
+
+    def _drain(self, pending: collections.deque[tuple[int, bytes]]) -> None:
         while pending and self._error is None and not self._ended and not self._closed:
+            parser = self._parser
+            assert parser is not None  # open: it goes only with the connection
             stamp, data = pending.popleft()
             if stamp < 0:
                 self._broken(data.decode())
@@ -404,7 +431,7 @@ class StampedConnection:
             try:
                 if self._tls is not None:
                     data = self._tls.decrypt(data)
-                self._parser.feed_data(data)
+                parser.feed_data(data)
                 if self._head is None:
                     # httptools holds a header line until it ends, and a status line has
                     # no callback here: a head that never ends is cut off by its size.
@@ -424,10 +451,6 @@ class StampedConnection:
                 # The caller decides what to do with the body once it has seen the head.
                 self._stop_reading()
                 break
-        if self._ended:
-            pending.clear()
-            self._stop_reading()
-        self._wake()
 
     def _end_of_stream(self) -> None:
         if self._head is not None and not self._framed:
@@ -465,7 +488,9 @@ class StampedConnection:
     def on_headers_complete(self) -> None:
         if self._complete:
             return  # bytes after the response are not a second one
-        status = self._parser.get_status_code()
+        parser = self._parser
+        assert parser is not None  # called back by it, from drain()
+        status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:
             # An interim answer (100 Continue, 103 Early Hints): the final one follows.
             self._interim = True

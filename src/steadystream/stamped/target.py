@@ -87,7 +87,10 @@ async def connect(target: Target, where: str, resolve: Resolve | None) -> socket
             raise
         return sock
     why = reason(last) if last is not None else "no address"
-    raise UpstreamConnectError(f"cannot connect to {where}: {why}") from last
+    try:
+        raise UpstreamConnectError(f"cannot connect to {where}: {why}") from last
+    finally:
+        last = None  # its traceback holds this frame: no cycle through the frame's locals
 
 
 async def _connect(
