@@ -20,7 +20,7 @@ import pytest
 from steadystream.gateway.server import GatewayServer
 from steadystream.lab.server import LabServer
 
-from .conftest import chat_body, gateway_config, post, upstream
+from .conftest import MemorySink, chat_body, gateway_config, post, upstream
 
 _OURS = ("steadystream.",)
 NO_FAULT = "slow-first-token=0ms"
@@ -110,3 +110,23 @@ def test_a_refused_request_leaves_no_cycles(
                 assert answer.status == status
             left = _cycles()
             assert not left, "\n".join(left)
+
+
+def test_paced_streams_leave_no_cycles(collector_off: None) -> None:
+    pacer = {"X-Steadystream-Pacer": "leaky:interval=5ms,capacity=100,tail=1s"}
+    sink = MemorySink()
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab")), recorder=sink) as gw,
+    ):
+        post(gw.base_url, "/chat/completions", chat_body(max_tokens=8), pacer)
+        _cycles()
+        for n in range(3):
+            headers = {**pacer, "X-Request-Id": f"paced-{n}"}
+            answer = post(gw.base_url, "/chat/completions", chat_body(max_tokens=8), headers)
+            assert answer.status == 200
+            assert answer.done
+            _, down = sink.edges(f"paced-{n}")
+            assert str(down.meta["pacer"]).startswith("<Leaky")  # the paced writer ran
+        left = _cycles()
+        assert not left, "\n".join(left)
