@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 
 from steadystream import Event, EventKind, Timeline, TokenSource, Where
+from steadystream.files import write_jsonl
 
 MS = 1_000_000
 T0 = 1_767_225_600.0  # every stream's wall clock is counted from here
@@ -41,3 +45,14 @@ def stream(
 
 def cadence(start_ms: float, count: int, step_ms: float = 25.0) -> list[float]:
     return [start_ms + i * step_ms for i in range(count)]
+
+
+GAP = [*cadence(30, 10), *cadence(30 + 9 * 25 + 600, 10)]  # 600 ms, ending at text event 10
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A recorded run: stream ``a`` with the one 600 ms gap, stream ``b`` steady."""
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, [stream(GAP, stream_id="a"), stream(cadence(30, 20), stream_id="b")])
+    return path

@@ -14,19 +14,10 @@ from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA
 from steadystream.files import read_timelines, write_jsonl
 
-from .conftest import T0, cadence, stream
+from .conftest import GAP, T0, cadence, stream
 
 _register()
 runner = CliRunner()
-
-GAP = [*cadence(30, 10), *cadence(30 + 9 * 25 + 600, 10)]  # one 600 ms gap
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Path:
-    path = tmp_path / "run.jsonl"
-    write_jsonl(path, [stream(GAP, stream_id="a"), stream(cadence(30, 20), stream_id="b")])
-    return path
 
 
 def flat(output: str) -> str:

@@ -19,15 +19,6 @@ from .conftest import T0, cadence, stream
 _register()
 runner = CliRunner()
 
-GAP = [*cadence(30, 10), *cadence(30 + 9 * 25 + 600, 10)]  # 600 ms, ending at text event 10
-
-
-@pytest.fixture
-def run(tmp_path: Path) -> Path:
-    path = tmp_path / "run.jsonl"
-    write_jsonl(path, [stream(GAP, stream_id="a"), stream(cadence(30, 20), stream_id="b")])
-    return path
-
 
 def test_text_output_names_cause_evidence_and_mitigation(run: Path) -> None:
     result = runner.invoke(app, ["explain", str(run)], env={"COLUMNS": "200"})

@@ -7,9 +7,7 @@ import pytest
 from steadystream import Where
 from steadystream.attribution import NO_CAUSE, explain, score
 
-from .conftest import cadence, stream
-
-GAP = [*cadence(30, 10), *cadence(30 + 9 * 25 + 600, 10)]  # a 600 ms gap ending at text 10
+from .conftest import GAP, cadence, stream
 
 
 def lab(stream_id: str, cause_at_10: str | None) -> object:
