@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import orjson
@@ -227,3 +228,139 @@ def test_an_event_past_max_event_bytes_fails_as_soon_as_it_passes() -> None:
     assert result.failure.cause is Cause.OVERSIZED_EVENT
     assert "limits.max_event_bytes (10000 bytes)" in result.failure.message
     assert cutter.pending_bytes == 11_006  # still held: the stream's buffer peak shows it
+
+
+# -- the fast path: whole single-line data events cut without the SSE decoder -------------------
+
+
+def _event(payload: bytes | dict[str, object]) -> bytes:
+    data = orjson.dumps(payload) if isinstance(payload, dict) else payload
+    return b"data: " + data + b"\n\n"
+
+
+# Every shape the fast path must either read exactly as the general path does or hand back
+# to it: chunks of each kind, errors, what is not a chunk, and SSE it does not take.
+SHAPES = [
+    encode_chunk(chat_chunk("c", "m", 1, content="tok")),
+    encode_chunk(chat_chunk("c", "m", 1, content="é🙂 ")),
+    encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="")),
+    encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="hi")),
+    encode_chunk(chat_chunk("c", "m", 1, reasoning="think")),
+    encode_chunk(chat_chunk("c", "m", 1, content="", finish_reason="stop")),
+    encode_chunk(chat_chunk("c", "m", 1, content="x", usage={"completion_tokens": 3})),
+    encode_chunk(usage_chunk("c", "m", 1, object_name="x", prompt_tokens=2, completion_tokens=5)),
+    _event({"choices": [{"index": 0, "text": "done", "finish_reason": None}]}),
+    _event({"choices": [{"index": 0, "text": 7}]}),
+    _event({"choices": [{"delta": {"content": "end"}, "finish_reason": "stop"}]}),
+    _event({"choices": [{"delta": {"content": "a"}}, {"delta": {"content": "b"}}]}),
+    _event({"choices": [{"delta": {"content": "a", "finish_reason": None, "x": 1}}]}),
+    _event({"choices": [{"delta": {"content": None}}]}),
+    _event({"choices": [{"delta": {"content": "c", "reasoning_content": "r"}}]}),
+    _event({"choices": [{"delta": {"role": "assistant", "content": "c", "reasoning": "r"}}]}),
+    _event({"choices": [{"delta": {"content": 5}}]}),
+    _event({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f"}}]}}]}),
+    _event({"choices": [{"delta": "nope"}]}),
+    _event({"choices": [{"index": 1, "delta": {}, "finish_reason": "length"}]}),
+    _event({"error": {"message": "overloaded"}}),
+    _event({"error": None, "choices": [{"delta": {"content": "e"}}]}),
+    _event({"object": "error", "message": "old vllm"}),
+    _event({"choices": "x"}),
+    _event(b"[1, 2]"),
+    _event(b"{not json"),
+    _event(b'{"choices": [{"delta": {"content": "\xff"}}]}'),
+    b'data:{"choices":[{"delta":{"content":"nospace"}}]}\n\n',
+    b'data:  {"choices":[{"delta":{"content":"two spaces"}}]}\n\n',
+    b"data: \n\n",
+    b"data: [DONE] \n\n",
+    b": ping\n\n",
+    b"event: ping\ndata: {}\n\n",
+    b'event: error\ndata: {"error": "named"}\n\n',
+    b'id: 7\ndata: {"choices":[{"delta":{"content":"id"}}]}\n\n',
+    b"retry: 10\n\n",
+    b'data: {"choices":[{"delta":{"content":"cr"}}]}\r\n\r\n',
+    b'data: {"choices":\ndata: [{"delta":{"content":"two lines"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"nl"}}]\n}\n\n',  # "}" is a line of its own
+    b'data: {"choices":[{"delta":{"content":"cr"}}]}\r\n\n',
+    b'data: {"choices":[{"delta":{"content":"cr"}}]}\r\r\n\n',
+    b"\n",
+    b"\xef\xbb\xbf" + encode_chunk(chat_chunk("c", "m", 1, content="bom")),
+]
+ENDS = [DONE, b"data: [DONE]\n\n" + SHAPES[0], b""]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(SHAPES), max_size=8),
+    st.sampled_from(ENDS),
+    st.lists(st.integers(min_value=0, max_value=4000), max_size=6),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([1 << 20, 150]),
+)
+def test_the_fast_path_reads_every_stream_as_the_general_path_does(
+    events: list[bytes],
+    end: bytes,
+    cuts: list[int],
+    whole_reads: bool,
+    keep_raw: bool,
+    limit: int,
+) -> None:
+    body = b"".join(events) + end
+    if whole_reads:  # reads that end at event ends: what the fast path takes
+        bounds = [0]
+        for event in [*events, end]:
+            bounds.append(bounds[-1] + len(event))
+        cuts = [bounds[c % len(bounds)] for c in cuts]
+    reads = cut(body, [c % (len(body) + 1) for c in cuts])
+    fast = EventCutter(keep_raw=keep_raw, max_event_bytes=limit)
+    general = EventCutter(keep_raw=keep_raw, max_event_bytes=limit)
+    for read in reads:
+        if not read:
+            continue
+        got, want = fast.feed(read), general._feed(read)
+        assert got == want
+        assert fast.pending_bytes == general.pending_bytes
+        assert fast.envelope == general.envelope
+        if want.failure is not None or want.done:
+            break
+    else:
+        assert fast.error_at_end() == general.error_at_end()
+
+
+def test_the_fast_path_reads_every_pair_of_shapes_as_the_general_path_does() -> None:
+    """Each pair of shapes, after an opening chunk, read event by event and as one read."""
+    opening = encode_chunk(chat_chunk("c", "m", 1, role="assistant", content=""))
+    for first, second, limit in itertools.product(SHAPES, SHAPES, [1 << 20, 150]):
+        for reads in ([first, second, DONE], [first + second + DONE]):
+            fast = EventCutter(max_event_bytes=limit)
+            general = EventCutter(max_event_bytes=limit)
+            assert fast.feed(opening) == general._feed(opening)
+            for read in reads:
+                got, want = fast.feed(read), general._feed(read)
+                assert got == want, (first, second, read)
+                assert fast.pending_bytes == general.pending_bytes
+                if want.failure is not None or want.done:
+                    break
+
+
+def test_the_fast_path_takes_what_servers_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first read, reads of whole chunk events never reach the general path."""
+    cutter = EventCutter()
+    first = cutter.feed(encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="")))
+    assert first.pieces[0].kind is EventKind.ROLE
+
+    def general(self: EventCutter, data: bytes) -> None:
+        raise AssertionError(f"the general path read {data!r}")
+
+    monkeypatch.setattr(EventCutter, "_feed", general)
+    two = encode_chunk(chat_chunk("c", "m", 1, content="a")) + encode_chunk(
+        chat_chunk("c", "m", 1, content="b", finish_reason="stop")
+    )
+    result = cutter.feed(two)
+    assert [(p.kind, p.text, p.finish) for p in result.pieces] == [
+        (EventKind.CONTENT, "a", None),
+        (EventKind.CONTENT, "b", "stop"),
+    ]
+    assert result.data == two
+    assert b"".join(p.raw for p in result.pieces) == two
+    assert cutter.feed(DONE).done

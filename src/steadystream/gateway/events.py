@@ -24,6 +24,7 @@ from steadystream._types import EventKind
 from steadystream.gateway.failover import Cause, PrefixMatcher
 from steadystream.protocol.openai import (
     chat_chunk,
+    classify_chunk,
     completion_chunk,
     encode_chunk,
     error_payload,
@@ -104,6 +105,79 @@ class EventCutter:
 
     def feed(self, data: bytes) -> ReadResult:
         """One read: the events it completed (stopping at ``[DONE]`` or a failure)."""
+        if (
+            data[-2:] == b"\n\n"
+            and self._decoder.at_boundary  # so nothing is carried over either
+            and len(data) <= self.max_event_bytes
+            and b"\r" not in data
+        ):
+            result = self._feed_whole(data)
+            if result is not None:
+                return result
+        return self._feed(data)
+
+    def _feed_whole(self, data: bytes) -> ReadResult | None:
+        """The fast path: a read of whole single-line ``data:`` events; None: not that.
+
+        What servers send, read by read, when the reads keep up: no SSE decoder, one JSON
+        parse per event, and the common content chunk classified inline. Anything else (a
+        comment, a named event, a line end other than LF, a payload that is not a chunk)
+        returns None before any state changed, and the general path reads it; both give
+        the same result (``tests/gateway/test_events.py``).
+        """
+        keep_raw = self.keep_raw
+        pieces: list[Piece] = []
+        offset = 0
+        segments = data.split(b"\n\n")
+        if segments.pop():  # "\n\n\n": a blank line more than the events' own
+            return None
+        for segment in segments:
+            if segment[:5] != b"data:" or b"\n" in segment:
+                return None
+            end = offset + len(segment) + 2
+            payload = segment[6:] if segment[5:6] == b" " else segment[5:]
+            if payload[:1] != b"{":
+                if payload != b"[DONE]":
+                    return None
+                pieces.append(Piece(None, "", data[offset:end], end - offset))
+                self._decoder.skipped_events()
+                return ReadResult(data[:end], pieces, None, True)
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                return None
+            piece = _content_piece(obj, data[offset:end] if keep_raw else b"", end - offset)
+            if piece is None:
+                try:
+                    chunk = classify_chunk(obj, payload)
+                except ProtocolError:
+                    return None
+                if chunk.kind is EventKind.ERROR:
+                    return None
+                usage = chunk.usage
+                finish = chunk.finish_reason
+                piece = Piece(
+                    chunk.kind,
+                    chunk.text,
+                    data[offset:end] if keep_raw else b"",
+                    end - offset,
+                    usage.get("completion_tokens", -1) if usage is not None else -1,
+                    finish,
+                    payload.decode() if keep_raw else "",
+                    usage,
+                    () if finish is None else _finished_of(obj),
+                )
+            elif keep_raw:
+                piece = piece._replace(payload=payload.decode())
+            if self.envelope is None:
+                self.envelope = {key: obj[key] for key in _ENVELOPE_KEYS if key in obj}
+            pieces.append(piece)
+            offset = end
+        self._decoder.skipped_events()
+        return ReadResult(data, pieces)
+
+    def _feed(self, data: bytes) -> ReadResult:
+        """The general path: any SSE, split anywhere."""
         decoder = self._decoder
         items = decoder.feed(data)
         pending = decoder.undispatched_bytes
@@ -198,13 +272,43 @@ class EventCutter:
         return "the upstream stream ended without [DONE]"
 
 
+def _content_piece(obj: Any, raw: bytes, wire: int) -> Piece | None:
+    """The common chunk (one choice, its delta a non-empty content and at most a role) as a
+    piece; None for any other shape, which :func:`classify_chunk` reads."""
+    if type(obj) is not dict or obj.get("error") is not None or obj.get("usage") is not None:
+        return None
+    choices = obj.get("choices")
+    if type(choices) is not list or len(choices) != 1 or obj.get("object") == "error":
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is dict:
+        if len(delta) != 1 and not (len(delta) == 2 and "role" in delta):
+            return None
+        text = delta.get("content")
+    elif delta is None:  # the completions shape
+        text = choice.get("text")
+    else:
+        return None
+    if type(text) is not str or not text:
+        return None
+    return Piece(EventKind.CONTENT, text, raw, wire)
+
+
 def _finished_choices(payload: str) -> tuple[int, ...]:
-    """The choices a chunk's finish reasons end (read again only for a finish: rare).
+    """The choices a chunk's finish reasons end (read again only for a finish: rare)."""
+    return _finished_of(orjson.loads(payload))
+
+
+def _finished_of(obj: dict[str, Any]) -> tuple[int, ...]:
+    """The choices a parsed chunk's finish reasons end.
 
     With ``n > 1`` the answer is over once every choice ended, not after ``n`` finish
     reasons: an upstream may repeat one choice's, or end several choices in one chunk.
     """
-    choices = orjson.loads(payload).get("choices") or ()
+    choices = obj.get("choices") or ()
     return tuple(
         index if type(index := choice.get("index", position)) is int else position
         for position, choice in enumerate(choices)

@@ -6,6 +6,7 @@ Pure code, no I/O: bytes in, events and timelines out (and the reverse for serve
 from steadystream.protocol.chunks import (
     Chunk,
     chat_chunk,
+    classify_chunk,
     completion_chunk,
     encode_chunk,
     error_payload,
@@ -33,6 +34,7 @@ __all__ = [
     "SseItem",
     "StreamRecorder",
     "chat_chunk",
+    "classify_chunk",
     "completion_chunk",
     "encode_chunk",
     "encode_comment",

@@ -30,6 +30,7 @@ from steadystream._types import EventKind
 __all__ = [
     "Chunk",
     "chat_chunk",
+    "classify_chunk",
     "completion_chunk",
     "encode_chunk",
     "error_payload",
@@ -84,6 +85,11 @@ def parse_chunk(data: str | bytes, *, event: str = "message") -> Chunk:
     except orjson.JSONDecodeError as exc:
         hint = " ([DONE] is the end marker: check is_done() first)" if is_done(data) else ""
         raise ProtocolError(f"chunk is not valid JSON: {exc}{hint}: {_preview(data)}") from exc
+    return classify_chunk(obj, data)
+
+
+def classify_chunk(obj: Any, data: str | bytes = b"") -> Chunk:
+    """:func:`parse_chunk` for a payload already parsed into ``obj`` (``data``: for messages)."""
     if not isinstance(obj, dict):
         raise ProtocolError(f"chunk must be a JSON object, got {_json_type(obj)}: {_preview(data)}")
     if "error" in obj and obj["error"] is not None:

@@ -50,6 +50,7 @@ from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
 from steadystream.protocol.chunks import (
     Chunk,
     chat_chunk,
+    classify_chunk,
     completion_chunk,
     encode_chunk,
     error_payload,
@@ -64,6 +65,7 @@ __all__ = [
     "Chunk",
     "StreamRecorder",
     "chat_chunk",
+    "classify_chunk",
     "completion_chunk",
     "encode_chunk",
     "error_payload",

@@ -152,6 +152,30 @@ class SseDecoder:
         return bool(self._partial) or self._in_block
 
     @property
+    def at_boundary(self) -> bool:
+        """Nothing is pending: the next byte starts a new item, as at the start of a stream.
+
+        Reads that start here and hold whole ``data:`` events may be cut without this
+        decoder (the gateway's fast path); its state would be the same after them.
+        """
+        return (
+            self._bom_checked
+            and not self._partial
+            and not self._in_block
+            and not self._skip_lf
+            and not self._item_bytes
+            and not self._closed
+        )
+
+    def skipped_events(self) -> None:
+        """Whole ``data:``-only events were cut past this decoder, at a boundary: as if fed.
+
+        Their dispatch would only have cleared the retry a later event reports (at a
+        boundary the last event ID is already up to date).
+        """
+        self._retry_since_dispatch = None
+
+    @property
     def incomplete_event(self) -> SseEvent | None:
         """The event ``close()`` discarded: what it would have been had a blank line followed."""
         return self._incomplete
