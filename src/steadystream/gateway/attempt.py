@@ -12,7 +12,8 @@ The reader sees a :class:`~steadystream.gateway.context.StreamContext` and its o
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from steadystream._exceptions import (
     UpstreamError,
@@ -23,14 +24,14 @@ from steadystream._exceptions import (
 from steadystream._types import TEXT_KINDS, EventKind
 from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
-from steadystream.gateway.events import EventCutter, Failure, FallbackRewriter, Piece
+from steadystream.gateway.events import EventCutter, Failure, FallbackRewriter, Piece, ReadResult
 from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
 from steadystream.stamped import StampedConnection
 
-__all__ = ["Attempt", "cause_of", "read_attempt"]
+__all__ = ["Attempt", "Early", "cause_of", "express_lane", "read_attempt"]
 
 
 class Attempt:
@@ -41,9 +42,11 @@ class Attempt:
         "body",
         "choices",
         "cutter",
+        "early",
         "entry",
         "failure",
         "finished_choices",
+        "idle",
         "index",
         "request_id",
         "response",
@@ -81,6 +84,10 @@ class Attempt:
         # finish their choices one by one, or several in one chunk).
         self.choices = choices
         self.finished_choices: set[int] = set()
+        # The express lane (express_lane): the reader waits for the next read with nothing
+        # of its own in hand; a read the lane cut (and perhaps sent) waits here for it.
+        self.idle = False
+        self.early: Early | None = None
 
     def all_finished(self, piece: Piece) -> bool:
         """Whether, with ``piece``'s finish reason, every choice of the answer has ended."""
@@ -102,6 +109,44 @@ class Attempt:
             response.close()
 
 
+class Early(NamedTuple):
+    """A read the express lane took in the read callback, for the reader to account for."""
+
+    data: bytes
+    result: ReadResult
+    sent_ns: int | None  # when it went to the client; None: not sent, the reader sends it
+
+
+def express_lane(
+    ctx: StreamContext, attempt: Attempt, outlet: RawOutlet
+) -> Callable[[int, bytes], None]:
+    """The hook that writes a read to the client from the connection's read callback.
+
+    With many streams, one engine step makes every upstream readable at once; the loop
+    runs every read callback before any stream's task. A read the lane takes is cut and
+    written there and then, so each stream's bytes go out in the first pass over the
+    burst, and its records, watchdog and progress (the reader's bookkeeping) wait for the
+    task. It takes a read only when nothing can be out of order: the reader waits with
+    nothing in hand, no read of this stream is queued ahead of it, nothing waits in the
+    buffer or is being sent, and the client's connection holds nothing unsent. A read it
+    cut but could not send, the reader sends as before.
+    """
+    cutter = attempt.cutter
+    buffer = ctx.buffer
+
+    def take(stamp: int, data: bytes) -> None:
+        if not attempt.idle or attempt.failure is not None or buffer:
+            return
+        attempt.idle = False
+        result = cutter.feed(data)
+        sent = None
+        if result.pieces and result.failure is None:
+            sent = outlet.write_now(result.data)
+        attempt.early = Early(data, result, sent)
+
+    return take
+
+
 async def read_attempt(
     ctx: StreamContext, attempt: Attempt, outlet: RawOutlet | None
 ) -> Failure | None:
@@ -118,12 +163,15 @@ async def read_attempt(
     received = record.received_ns
     usage_base = attempt.usage_base
     while True:
+        attempt.idle = True
         try:
             now, data = await read()  # ``now``: when the bytes reached the gateway
         except UpstreamStreamError as exc:
             if watchdog.finished:
                 return _after_finish(str(exc))
             return Failure(Cause.RESET, str(exc))
+        finally:
+            attempt.idle = False
         if not data:
             if watchdog.finished and not cutter.pending_bytes:
                 # The answer was whole; only the [DONE] marker is missing: the gateway adds it.
@@ -135,7 +183,15 @@ async def read_attempt(
         t = now - received
         if upstream_log.first_byte_ns is None:
             upstream_log.first_byte_ns = t
-        result = cutter.feed(data)
+        early = attempt.early
+        if early is None:
+            result = cutter.feed(data)
+            sent = None
+        else:
+            # The lane took the read that came first while the reader waited: this one.
+            assert early.data is data, "the express lane took a read out of order"
+            attempt.early = None
+            result, sent = early.result, early.sent_ns
         pieces = result.pieces
         held = cutter.pending_bytes
         if held:
@@ -175,7 +231,10 @@ async def read_attempt(
                     progress.usage_tokens = usage_base + piece.usage
                 if piece.usage_counts is not None:
                     record.usage = piece.usage_counts  # as the client got it
-            if pieces:
+            if sent is not None:
+                assert outlet is not None  # the lane is the raw outlet's
+                outlet.sent(Out(payload, pieces), sent)
+            elif pieces:
                 await _hand_over(ctx, attempt, Out(payload, pieces), outlet, now)
         if result.failure is not None:
             if watchdog.finished and result.failure.cause is not Cause.DIVERGED:

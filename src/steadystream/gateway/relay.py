@@ -26,7 +26,7 @@ from starlette.types import Scope, Send
 
 from steadystream._exceptions import UpstreamError
 from steadystream._types import EventKind, Outcome
-from steadystream.gateway.attempt import Attempt, cause_of, read_attempt
+from steadystream.gateway.attempt import Attempt, cause_of, express_lane, read_attempt
 from steadystream.gateway.base import Relay
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
@@ -151,7 +151,13 @@ class StreamRelay(Relay):
             find = self.state.transport_of
             self.transport = find(scope, send) if find is not None else None
             if self.pacer is None:
-                self.outlet = RawOutlet(ctx, send, self.transport)
+                chunks = self.state.writes_chunks
+                self.outlet = RawOutlet(
+                    ctx,
+                    send,
+                    self.transport,
+                    chunks=chunks is not None and chunks(scope, send),
+                )
                 self._spawn(write_raw(ctx, self.outlet))
             else:
                 limits = self.state.config.limits
@@ -378,7 +384,15 @@ class StreamRelay(Relay):
 
     async def _pump(self, attempt: Attempt) -> Failure | None:
         """Run the reader of ``attempt``; the guard may stop it (a stall)."""
-        task = asyncio.ensure_future(read_attempt(self.ctx, attempt, self.outlet))
+        outlet = self.outlet
+        if (
+            outlet is not None
+            and outlet.chunks
+            and attempt.rewriter is None
+            and attempt.response is not None
+        ):
+            attempt.response.on_piece = express_lane(self.ctx, attempt, outlet)
+        task = asyncio.ensure_future(read_attempt(self.ctx, attempt, outlet))
         attempt.task = task
         try:
             await asyncio.wait({task})

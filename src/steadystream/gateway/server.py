@@ -21,6 +21,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Scope, Send
+from uvicorn.protocols.http import httptools_impl
 
 from steadystream._gc import quiet_gc
 from steadystream._serving import (
@@ -56,6 +57,22 @@ def _transport_of(
         return transport if usable else None
 
     return find
+
+
+def _writes_chunks(scope: Scope, send: Send) -> bool:
+    """Whether ``send`` is uvicorn's own for a response its httptools protocol chunks.
+
+    That protocol frames each body send as one chunk and keeps no count of them, so a
+    chunk written to the transport between its sends is framed the same way.
+    """
+    cycle = getattr(send, "__self__", None)
+    return (
+        isinstance(cycle, httptools_impl.RequestResponseCycle)
+        and cycle.scope is scope
+        and cycle.chunked_encoding is True
+        and cycle.response_started
+        and not cycle.response_complete
+    )
 
 
 def serve(
@@ -95,6 +112,7 @@ def serve_on(
     uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
     app.state.gateway.transport_of = _transport_of(server)
+    app.state.gateway.writes_chunks = _writes_chunks
     quiet_gc()  # the process is this server's (GatewayServer, a thread, leaves it be)
     server.run(sockets=[sock])
 
@@ -130,4 +148,5 @@ class GatewayServer(ServedApp):
 
     def _attach(self, server: uvicorn.Server) -> None:
         self.state.transport_of = _transport_of(server)
+        self.state.writes_chunks = _writes_chunks
         server.config.http = head_timeout_protocol(self.state.config.server.header_timeout / 1e9)

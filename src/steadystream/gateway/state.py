@@ -63,6 +63,9 @@ class GatewayState:
     """The client connection of a request, when the server that runs the app can tell
     (``GatewayServer`` and ``serve`` can): the relay sends without a hop through its buffer
     while the connection's write buffer is empty, and drops a stuck client's connection."""
+    writes_chunks: Callable[[Scope, Send], bool] | None = None
+    """Whether the server frames a started response in chunks that the relay may also write
+    to the connection itself (uvicorn's httptools protocol): the express lane."""
 
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""

@@ -81,11 +81,17 @@ class RawOutlet:
         "_send",
         "_stuck",
         "busy",
+        "chunks",
         "transport",
     )
 
     def __init__(
-        self, ctx: StreamContext, send: Send, transport: asyncio.WriteTransport | None
+        self,
+        ctx: StreamContext,
+        send: Send,
+        transport: asyncio.WriteTransport | None,
+        *,
+        chunks: bool = False,
     ) -> None:
         self._ctx = ctx
         self.transport = transport
@@ -96,12 +102,36 @@ class RawOutlet:
         self._received = ctx.record.received_ns
         self._scrub = ctx.scrub
         self.busy = False
+        # The server frames this response in HTTP/1.1 chunks and lets frames be written to
+        # its transport between its own sends (uvicorn's httptools protocol): write_now.
+        self.chunks = chunks and transport is not None
 
     @property
     def open(self) -> bool:
         """A send now would neither queue behind another nor wait for the client."""
         transport = self.transport
         return transport is not None and not self.busy and transport.get_write_buffer_size() == 0
+
+    def write_now(self, data: bytes) -> int | None:
+        """Write ``data`` to the client at once, as one chunk; None when that cannot be done.
+
+        For the reader's express lane (:func:`~steadystream.gateway.attempt.express_lane`):
+        only where the server frames chunks, nothing is being sent, and the client's
+        connection holds nothing unsent (so the write neither waits nor reorders). Returns
+        the clock reading right after the transport took the bytes; :meth:`sent` records it.
+        """
+        transport = self.transport
+        if (
+            not self.chunks
+            or self.busy
+            or transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size()
+        ):
+            return None
+        body = data if self._scrub is None else self._scrub(data)
+        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return self._clock.now_ns()
 
     async def deliver(self, out: Out) -> int:
         """Send ``out``; returns the clock reading right after the server took it."""
@@ -115,6 +145,11 @@ class RawOutlet:
         finally:
             self.busy = False
         self._stuck.sent()
+        self.sent(out, now)
+        return now
+
+    def sent(self, out: Out, now: int) -> None:
+        """Record that ``out`` went to the client at ``now`` (the ``gateway-downstream`` edge)."""
         t = now - self._received
         log = self._log
         if log.first_byte_ns is None:
@@ -124,7 +159,6 @@ class RawOutlet:
         if out.pieces[-1].kind is None:
             # [DONE] went out: the answer is whole, whatever the client does next.
             self._ctx.answered = True
-        return now
 
 
 async def write_raw(ctx: StreamContext, outlet: RawOutlet) -> None:

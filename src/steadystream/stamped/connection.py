@@ -103,6 +103,8 @@ class StampedConnection:
         self._early: list[tuple[int, bytes]] = []
         self._early_bytes = 0
         self._sink: BodySink | None = None
+        # Sees each body piece in the read callback, before next_piece can return it.
+        self.on_piece: Callable[[int, bytes], None] | None = None
         self._queued: collections.deque[tuple[int, bytes]] = collections.deque()
         self._queued_bytes = 0
         self._complete = False
@@ -243,6 +245,8 @@ class StampedConnection:
         return stamp, data
 
     def _enqueue(self, stamp: int, data: bytes) -> bool:
+        if (seen := self.on_piece) is not None:
+            seen(stamp, data)
         self._queued.append((stamp, data))
         self._queued_bytes += len(data)
         if self._queued_bytes > _QUEUE_LIMIT:
@@ -413,6 +417,7 @@ class StampedConnection:
         # methods: both are cycles, which would wait for the garbage collector.
         self._parser = None
         self._sink = None
+        self.on_piece = None
         if self._error is not None:  # raised, its traceback holds frames whose self is this
             self._error.__traceback__ = None
 

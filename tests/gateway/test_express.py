@@ -1,0 +1,163 @@
+"""The express lane: reads written to the client from the read callback, in order, or not at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from steadystream import EventKind
+from steadystream._clock import FakeClock
+from steadystream.gateway import GatewayServer
+from steadystream.gateway import server as server_module
+from steadystream.gateway.attempt import Attempt, express_lane
+from steadystream.gateway.buffer import StreamBuffer, StuckClient
+from steadystream.gateway.config import UpstreamConfig
+from steadystream.gateway.context import Out, StreamContext
+from steadystream.gateway.events import Failure, Piece
+from steadystream.gateway.failover import Cause
+from steadystream.gateway.recording import StreamRecord
+from steadystream.gateway.watchdog import Watchdog
+from steadystream.gateway.writers import RawOutlet
+from steadystream.lab import LabServer
+from steadystream.protocol import chat_chunk, encode_chunk
+from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post, upstream
+
+MS = 1_000_000
+EVENT = encode_chunk(chat_chunk("c", "m", 1, content="tok"))
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.unsent = 0
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.unsent
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+async def _never(message: Any) -> None:
+    raise AssertionError("the lane went through the server's send")
+
+
+def lane(
+    *, chunks: bool = True, scrub: Any = None
+) -> tuple[Any, Attempt, StreamContext, RawOutlet, FakeTransport]:
+    clock = FakeClock()
+    record = StreamRecord("r", 0, {})
+    buffer: StreamBuffer[Out] = StreamBuffer(max_bytes=1 << 20, max_events=100)
+    ctx = StreamContext(clock, record, buffer, StuckClient(10**9), scrub=scrub)
+    transport = FakeTransport()
+    outlet = RawOutlet(ctx, _never, transport, chunks=chunks)  # type: ignore[arg-type]
+    config = UpstreamConfig(name="u", base_url="http://127.0.0.1:9/v1")
+    attempt = Attempt(config, 0, "r", Watchdog(first_token_ns=10**9, stall_ns=10**9))
+    attempt.cutter.feed(encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="")))
+    return express_lane(ctx, attempt, outlet), attempt, ctx, outlet, transport
+
+
+def test_a_read_while_the_reader_waits_goes_out_as_one_chunk_at_once() -> None:
+    take, attempt, _, _, transport = lane()
+    attempt.idle = True
+    take(5, EVENT)
+    assert transport.written == [b"%x\r\n%b\r\n" % (len(EVENT), EVENT)]
+    early = attempt.early
+    assert early is not None
+    assert early.data is EVENT
+    assert early.sent_ns is not None
+    assert [p.kind for p in early.result.pieces] == [EventKind.CONTENT]
+    assert not attempt.idle  # the next read waits for the reader
+
+
+@pytest.mark.parametrize("why", ["reader busy", "stopped", "buffer holds something"])
+def test_the_lane_leaves_a_read_it_could_reorder_to_the_reader(why: str) -> None:
+    take, attempt, ctx, _, transport = lane()
+    attempt.idle = why != "reader busy"
+    if why == "stopped":
+        attempt.failure = Failure(Cause.STALL, "stopped by the watchdog")
+    if why == "buffer holds something":
+        piece = Piece(EventKind.KEEPALIVE, "", b":\n\n", 3)
+        ctx.buffer.offer(Out(b":\n\n", [piece]), 3)
+    take(5, EVENT)
+    assert transport.written == []
+    assert attempt.early is None  # not even cut: the reader cuts it, in its turn
+    assert attempt.cutter.pending_bytes == 0
+
+
+@pytest.mark.parametrize("why", ["unsent bytes", "closing", "sending", "no chunks"])
+def test_a_read_the_client_cannot_take_now_is_cut_but_sent_by_the_reader(why: str) -> None:
+    take, attempt, _, outlet, transport = lane(chunks=why != "no chunks")
+    attempt.idle = True
+    transport.unsent = 10 if why == "unsent bytes" else 0
+    transport.closing = why == "closing"
+    outlet.busy = why == "sending"
+    take(5, EVENT)
+    assert transport.written == []
+    early = attempt.early
+    assert early is not None
+    assert early.sent_ns is None
+    assert early.result.data == EVENT
+
+
+def test_what_the_lane_writes_is_scrubbed() -> None:
+    take, attempt, _, _, transport = lane(scrub=lambda data: data.replace(b"tok", b"***"))
+    attempt.idle = True
+    take(5, EVENT)
+    assert b"tok" not in transport.written[0]
+    assert b"***" in transport.written[0]
+
+
+def test_a_failed_read_is_not_written() -> None:
+    take, attempt, _, _, transport = lane()
+    attempt.idle = True
+    take(5, b"data: {not json\n\n")
+    assert transport.written == []
+    early = attempt.early
+    assert early is not None
+    assert early.result.failure is not None
+    assert early.sent_ns is None
+
+
+def test_only_uvicorns_own_chunked_send_takes_frames() -> None:
+    async def wrapped(message: Any) -> None: ...
+
+    assert not server_module._writes_chunks({"type": "http"}, wrapped)
+
+
+@pytest.mark.integration
+def test_streams_go_out_through_the_lane_whole_and_recorded(
+    monkeypatch: pytest.MonkeyPatch, sink: MemorySink
+) -> None:
+    written: list[int | None] = []
+    original = RawOutlet.write_now
+
+    def counting(self: RawOutlet, data: bytes) -> int | None:
+        written.append(sent := original(self, data))
+        return sent
+
+    monkeypatch.setattr(RawOutlet, "write_now", counting)
+    with (
+        LabServer("steady", seed=4) as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab")), recorder=sink) as gateway,
+    ):
+        streams = [
+            post(gateway.base_url, "/chat/completions", chat_body(12), {"X-Request-Id": f"x{i}"})
+            for i in range(3)
+        ]
+        edges = [sink.edges(f"x{i}") for i in range(3)]
+    sent = [t for t in written if t is not None]
+    assert len(sent) >= 3 * 12 // 2  # most reads went out from the read callback
+    for streamed, (up, down) in zip(streams, edges, strict=True):
+        assert streamed.status == 200
+        assert streamed.done
+        assert streamed.error is None
+        assert len(streamed.text) > 0
+        assert len(up.times) == len(down.times)
+        assert (down.times >= up.times).all()
+        assert list(down.kinds) == list(up.kinds)
