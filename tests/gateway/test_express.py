@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,11 +17,12 @@ from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import Failure, Piece
 from steadystream.gateway.failover import Cause
+from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
 from steadystream.lab import LabServer
-from steadystream.protocol import chat_chunk, encode_chunk
+from steadystream.protocol import DONE, chat_chunk, encode_chunk
 from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post, upstream
 
 MS = 1_000_000
@@ -62,17 +64,52 @@ def lane(
     return express_lane(ctx, attempt, outlet), attempt, ctx, outlet, transport
 
 
-def test_a_read_while_the_reader_waits_goes_out_as_one_chunk_at_once() -> None:
-    take, attempt, _, _, transport = lane()
+@pytest.mark.asyncio
+async def test_a_read_while_the_reader_waits_goes_out_as_one_chunk_and_is_accounted_after() -> None:
+    take, attempt, ctx, _, transport = lane()
     attempt.idle = True
-    take(5, EVENT)
+    assert take(5 * MS, EVENT)
     assert transport.written == [b"%x\r\n%b\r\n" % (len(EVENT), EVENT)]
-    early = attempt.early
-    assert early is not None
-    assert early.data is EVENT
-    assert early.sent_ns is not None
-    assert [p.kind for p in early.result.pieces] == [EventKind.CONTENT]
-    assert not attempt.idle  # the next read waits for the reader
+    assert attempt.early is None  # taken whole: the reader never sees it
+    assert attempt.idle  # and still waits: the next read may go the same way
+    up, down = ctx.record.upstream, ctx.record.downstream
+    assert len(up) == 0  # the bookkeeping waits for the end of the loop's pass
+    assert len(ctx.after_writes) == 1
+    await asyncio.sleep(0)
+    assert len(ctx.after_writes) == 0
+    assert list(up.times) == [5 * MS]
+    assert list(up.kinds) == list(down.kinds) == [EventKind.CONTENT]
+    assert ctx.progress.content_text == "tok"  # what a failover would continue from
+    assert attempt.watchdog.last_token_ns == 5 * MS
+    assert take(6 * MS, EVENT)
+    assert take(7 * MS, EVENT)
+    ctx.after_writes.run()  # what the reader and the relay do before they read the records
+    assert len(transport.written) == 3
+    assert list(up.times) == [5 * MS, 6 * MS, 7 * MS]
+    assert ctx.progress.content_text == "toktoktok"
+
+
+@pytest.mark.asyncio
+async def test_after_writes_runs_in_order_once_and_survives_a_failing_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    later = AfterWrites()
+    ran: list[int] = []
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    later.add(ran.append, 1)
+    later.add(fail)
+    later.add(ran.append, 2)
+    later.run()
+    assert ran == [1, 2]
+    assert "bookkeeping after a write failed" in caplog.text
+    later.add(ran.append, 3)
+    await asyncio.sleep(0)  # the callback scheduled with the first call runs it
+    assert ran == [1, 2, 3]
+    await asyncio.sleep(0)  # and the one left from before finds nothing to do
+    assert ran == [1, 2, 3]
 
 
 @pytest.mark.parametrize("why", ["reader busy", "stopped", "buffer holds something"])
@@ -84,7 +121,7 @@ def test_the_lane_leaves_a_read_it_could_reorder_to_the_reader(why: str) -> None
     if why == "buffer holds something":
         piece = Piece(EventKind.KEEPALIVE, "", b":\n\n", 3)
         ctx.buffer.offer(Out(b":\n\n", [piece]), 3)
-    take(5, EVENT)
+    assert not take(5, EVENT)
     assert transport.written == []
     assert attempt.early is None  # not even cut: the reader cuts it, in its turn
     assert attempt.cutter.pending_bytes == 0
@@ -97,7 +134,7 @@ def test_a_read_the_client_cannot_take_now_is_cut_but_sent_by_the_reader(why: st
     transport.unsent = 10 if why == "unsent bytes" else 0
     transport.closing = why == "closing"
     outlet.busy = why == "sending"
-    take(5, EVENT)
+    assert not take(5, EVENT)
     assert transport.written == []
     early = attempt.early
     assert early is not None
@@ -105,7 +142,8 @@ def test_a_read_the_client_cannot_take_now_is_cut_but_sent_by_the_reader(why: st
     assert early.result.data == EVENT
 
 
-def test_what_the_lane_writes_is_scrubbed() -> None:
+@pytest.mark.asyncio
+async def test_what_the_lane_writes_is_scrubbed() -> None:
     take, attempt, _, _, transport = lane(scrub=lambda data: data.replace(b"tok", b"***"))
     attempt.idle = True
     take(5, EVENT)
@@ -113,10 +151,25 @@ def test_what_the_lane_writes_is_scrubbed() -> None:
     assert b"***" in transport.written[0]
 
 
+@pytest.mark.asyncio
+async def test_the_answer_is_whole_once_the_lane_wrote_done() -> None:
+    take, attempt, ctx, _, transport = lane()
+    attempt.idle = True
+    assert take(5, EVENT)
+    assert not ctx.answered
+    assert not take(6, DONE)  # the reader ends the attempt on it
+    assert transport.written[-1] == b"%x\r\n%b\r\n" % (len(DONE), DONE)
+    assert ctx.answered
+    early = attempt.early
+    assert early is not None
+    assert early.sent_ns is not None
+    assert early.result.done
+
+
 def test_a_failed_read_is_not_written() -> None:
     take, attempt, _, _, transport = lane()
     attempt.idle = True
-    take(5, b"data: {not json\n\n")
+    assert not take(5, b"data: {not json\n\n")
     assert transport.written == []
     early = attempt.early
     assert early is not None

@@ -282,6 +282,54 @@ def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
     assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)
 
 
+def test_pieces_on_piece_takes_are_not_handed_on_and_do_not_wake_the_reader(serve: Serve) -> None:
+    bodies = [b"data: %d\n\n" % i for i in range(6)]
+    server = serve(events_script(*(chunked(body) for body in bodies)))
+
+    async def pull() -> tuple[list[bytes], list[bytes], int]:
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
+        )
+        taken: list[bytes] = []
+        wakes = 0
+
+        def take(stamp: int, data: bytes) -> bool:
+            if b"data: 5" in data:
+                return False  # the last: for the reader
+            taken.append(data)
+            return True
+
+        conn.on_piece = take
+        original = conn._wake
+
+        def counting(error: BaseException | None = None) -> None:
+            nonlocal wakes
+            wakes += error is None
+            original(error)
+
+        conn._wake = counting  # type: ignore[method-assign]
+        try:
+            await conn.send("POST", {}, b"{}")
+            pieces: list[bytes] = []
+            while True:
+                _, data = await conn.next_piece()
+                if not data:
+                    return taken, pieces, wakes
+                pieces.append(data)
+        finally:
+            conn.close()
+
+    taken, pieces, wakes = asyncio.run(pull())
+    joined = b"".join(taken + pieces)
+    assert joined == b"".join(bodies)
+    assert taken
+    assert pieces
+    assert b"data: 5" in pieces[-1]
+    assert all(b"data: 5" not in data for data in taken)
+    # Woken for the head, the pieces it got and the end; not for the reads on_piece took.
+    assert wakes <= 2 + len(pieces)
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_pieces_read_before_a_reset_are_handed_on_before_it(serve: Serve, loop: str) -> None:
     """Failed before: when the last piece and the reset were read together (the rescuer's

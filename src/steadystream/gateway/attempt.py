@@ -119,30 +119,45 @@ class Early(NamedTuple):
 
 def express_lane(
     ctx: StreamContext, attempt: Attempt, outlet: RawOutlet
-) -> Callable[[int, bytes], None]:
+) -> Callable[[int, bytes], bool]:
     """The hook that writes a read to the client from the connection's read callback.
 
-    With many streams, one engine step makes every upstream readable at once; the loop
+    With many streams, one engine step makes every upstream readable at once, and the loop
     runs every read callback before any stream's task. A read the lane takes is cut and
-    written there and then, so each stream's bytes go out in the first pass over the
-    burst, and its records, watchdog and progress (the reader's bookkeeping) wait for the
-    task. It takes a read only when nothing can be out of order: the reader waits with
-    nothing in hand, no read of this stream is queued ahead of it, nothing waits in the
-    buffer or is being sent, and the client's connection holds nothing unsent. A read it
-    cut but could not send, the reader sends as before.
+    written there and then, so each stream's bytes go out in the first pass over the burst,
+    without a hop through the stream's task; its bookkeeping waits in ``ctx.after_writes``
+    for the end of that pass (:mod:`steadystream.gateway.later`).
+
+    It takes a read only when nothing can be out of order: the reader waits with nothing in
+    hand (so no read of this stream is queued ahead), nothing waits in the buffer or is
+    being sent, and the client's connection holds nothing unsent. Returns True when it took
+    the read whole (the reader never sees it); a read it cut that ends the attempt, or that
+    it could not send, goes to the reader as :class:`Early`.
     """
     cutter = attempt.cutter
     buffer = ctx.buffer
+    later = ctx.after_writes.add
 
-    def take(stamp: int, data: bytes) -> None:
+    def account(stamp: int, result: ReadResult, sent: int) -> None:
+        _arrived(ctx, attempt, stamp, result)
+        _advance(ctx, attempt, stamp, result.pieces)
+        outlet.sent(Out(result.data, result.pieces), sent)
+
+    def take(stamp: int, data: bytes) -> bool:
         if not attempt.idle or attempt.failure is not None or buffer:
-            return
-        attempt.idle = False
+            return False
         result = cutter.feed(data)
         sent = None
         if result.pieces and result.failure is None:
             sent = outlet.write_now(result.data)
+            if sent is not None:
+                if not result.done:
+                    later(account, stamp, result, sent)
+                    return True
+                ctx.answered = True  # [DONE] went out: a disconnect from now on is no cancel
+        attempt.idle = False
         attempt.early = Early(data, result, sent)
+        return False
 
     return take
 
@@ -156,12 +171,6 @@ async def read_attempt(
     cutter = attempt.cutter
     rewriter = attempt.rewriter
     watchdog = attempt.watchdog
-    buffer = ctx.buffer
-    progress = ctx.progress
-    record = ctx.record
-    upstream_log = record.upstream
-    received = record.received_ns
-    usage_base = attempt.usage_base
     while True:
         attempt.idle = True
         try:
@@ -172,6 +181,8 @@ async def read_attempt(
             return Failure(Cause.RESET, str(exc))
         finally:
             attempt.idle = False
+            if ctx.after_writes:
+                ctx.after_writes.run()  # the lane's reads came before this one, or this end
         if not data:
             if watchdog.finished and not cutter.pending_bytes:
                 # The answer was whole; only the [DONE] marker is missing: the gateway adds it.
@@ -180,9 +191,6 @@ async def read_attempt(
                     "the upstream closed the stream after its finish reason, without [DONE]",
                 )
             return Failure(Cause.RESET, cutter.error_at_end())
-        t = now - received
-        if upstream_log.first_byte_ns is None:
-            upstream_log.first_byte_ns = t
         early = attempt.early
         if early is None:
             result = cutter.feed(data)
@@ -192,18 +200,9 @@ async def read_attempt(
             assert early.data is data, "the express lane took a read out of order"
             attempt.early = None
             result, sent = early.result, early.sent_ns
+        _arrived(ctx, attempt, now, result)
         pieces = result.pieces
-        held = cutter.pending_bytes
-        if held:
-            buffer.hold(held)
-        if ctx.envelope is None and cutter.envelope is not None:
-            ctx.envelope = cutter.envelope
         if pieces:
-            add = upstream_log.add
-            for piece in pieces:
-                add(t, piece)
-                if piece.usage_counts is not None:  # what this upstream billed, as it said
-                    record.attempts[attempt.index]["usage"] = dict(piece.usage_counts)
             if rewriter is not None:
                 kept = _rewrite(rewriter, pieces)
                 if kept is None:
@@ -212,25 +211,7 @@ async def read_attempt(
                 payload = b"".join(piece.raw for piece in kept)
             else:
                 payload = result.data
-            for piece in pieces:
-                kind = piece.kind
-                if kind in TEXT_KINDS:
-                    first = watchdog.last_token_ns is None
-                    watchdog.token(now)
-                    if first:
-                        # The deadline moved from the first token's (far) to the stall's
-                        # (near): the guard would sleep until the old one unless told.
-                        ctx.wake_guard()
-                    progress.commit(kind, piece.text)
-                elif kind is EventKind.ROLE:
-                    progress.role_sent = True
-                if piece.finish is not None and attempt.all_finished(piece):
-                    watchdog.finish(now)
-                    ctx.wake_guard()
-                if piece.usage >= 0:
-                    progress.usage_tokens = usage_base + piece.usage
-                if piece.usage_counts is not None:
-                    record.usage = piece.usage_counts  # as the client got it
+            _advance(ctx, attempt, now, pieces)
             if sent is not None:
                 assert outlet is not None  # the lane is the raw outlet's
                 outlet.sent(Out(payload, pieces), sent)
@@ -243,6 +224,50 @@ async def read_attempt(
         if result.done:
             watchdog.done()
             return None
+
+
+def _arrived(ctx: StreamContext, attempt: Attempt, now: int, result: ReadResult) -> None:
+    """Record a cut read at the upstream edge, as it came (before any rewriting)."""
+    record = ctx.record
+    log = record.upstream
+    t = now - record.received_ns
+    if log.first_byte_ns is None:
+        log.first_byte_ns = t
+    cutter = attempt.cutter
+    if held := cutter.pending_bytes:
+        ctx.buffer.hold(held)
+    if ctx.envelope is None and cutter.envelope is not None:
+        ctx.envelope = cutter.envelope
+    add = log.add
+    for piece in result.pieces:
+        add(t, piece)
+        if piece.usage_counts is not None:  # what this upstream billed, as it said
+            record.attempts[attempt.index]["usage"] = dict(piece.usage_counts)
+
+
+def _advance(ctx: StreamContext, attempt: Attempt, now: int, pieces: list[Piece]) -> None:
+    """What the pieces the client gets say: tokens for the watchdog, progress for failover."""
+    watchdog = attempt.watchdog
+    progress = ctx.progress
+    for piece in pieces:
+        kind = piece.kind
+        if kind in TEXT_KINDS:
+            first = watchdog.last_token_ns is None
+            watchdog.token(now)
+            if first:
+                # The deadline moved from the first token's (far) to the stall's (near): the
+                # guard would sleep until the old one unless told.
+                ctx.wake_guard()
+            progress.commit(kind, piece.text)
+        elif kind is EventKind.ROLE:
+            progress.role_sent = True
+        if piece.finish is not None and attempt.all_finished(piece):
+            watchdog.finish(now)
+            ctx.wake_guard()
+        if piece.usage >= 0:
+            progress.usage_tokens = attempt.usage_base + piece.usage
+        if piece.usage_counts is not None:
+            ctx.record.usage = piece.usage_counts  # as the client got it
 
 
 async def _hand_over(

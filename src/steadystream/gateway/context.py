@@ -16,6 +16,7 @@ from steadystream._clock import Clock
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.events import Piece
 from steadystream.gateway.failover import Progress
+from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.recording import StreamRecord
 
 __all__ = ["EVENT_OVERHEAD_BYTES", "Out", "StreamContext"]
@@ -49,6 +50,7 @@ class StreamContext:
     """The shared state of one stream (see the module docstring)."""
 
     __slots__ = (
+        "after_writes",
         "answered",
         "buffer",
         "clock",
@@ -68,6 +70,7 @@ class StreamContext:
         stuck: StuckClient,
         *,
         scrub: Callable[[bytes], bytes] | None = None,
+        after_writes: AfterWrites | None = None,
     ) -> None:
         self.clock = clock
         self.record = record
@@ -78,3 +81,6 @@ class StreamContext:
         self.answered = False  # [DONE] (or a refusal) went out: a disconnect is no cancel
         self.wake_guard: Callable[[], None] = _nothing  # a deadline may have moved closer
         self.scrub = scrub  # hides upstream keys in what goes to the client (None: no keys)
+        # The express lane's bookkeeping waiting for the end of the loop's pass (later.py);
+        # the reader runs it before it handles a read of its own, so the order holds.
+        self.after_writes = after_writes if after_writes is not None else AfterWrites()

@@ -80,6 +80,7 @@ class StreamRelay(Relay):
             buffer,
             StuckClient(limits.stuck_timeout),
             scrub=state.pool.byte_scrubber(),
+            after_writes=state.after_writes,
         )
         self.current: Attempt | None = None
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
@@ -400,6 +401,7 @@ class StreamRelay(Relay):
             if not task.done():
                 task.cancel()
             attempt.task = None  # its frames refer to the attempt: no cycle through it
+            self.ctx.after_writes.run()  # what the lane sent is in the records before they end
         if task.cancelled():
             return attempt.failure or Failure(Cause.STALL, "stopped by the watchdog")
         return task.result()
@@ -407,6 +409,8 @@ class StreamRelay(Relay):
     # -- the guard's hooks ----------------------------------------------------------------------
 
     def _watched(self) -> Watchdog | None:
+        if self.ctx.after_writes:
+            self.ctx.after_writes.run()  # a token the lane just sent counts before the judgment
         attempt = self.current
         return attempt.watchdog if attempt is not None and attempt.reading else None
 

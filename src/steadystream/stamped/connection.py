@@ -103,8 +103,10 @@ class StampedConnection:
         self._early: list[tuple[int, bytes]] = []
         self._early_bytes = 0
         self._sink: BodySink | None = None
-        # Sees each body piece in the read callback, before next_piece can return it.
-        self.on_piece: Callable[[int, bytes], None] | None = None
+        # Sees each body piece in the read callback, before next_piece can return it; True:
+        # it took the piece whole, and next_piece never returns it.
+        self.on_piece: Callable[[int, bytes], bool] | None = None
+        self._taken = 0  # pieces on_piece took
         self._queued: collections.deque[tuple[int, bytes]] = collections.deque()
         self._queued_bytes = 0
         self._complete = False
@@ -245,8 +247,9 @@ class StampedConnection:
         return stamp, data
 
     def _enqueue(self, stamp: int, data: bytes) -> bool:
-        if (seen := self.on_piece) is not None:
-            seen(stamp, data)
+        if (take := self.on_piece) is not None and take(stamp, data):
+            self._taken += 1
+            return False
         self._queued.append((stamp, data))
         self._queued_bytes += len(data)
         if self._queued_bytes > _QUEUE_LIMIT:
@@ -400,6 +403,7 @@ class StampedConnection:
         pending = self._pending
         if self._read_timeout_s is not None and pending:
             self._last_activity = self._loop.time()
+        taken, queued = self._taken, len(self._queued)
         self._draining = True
         try:
             self._drain(pending)
@@ -410,6 +414,8 @@ class StampedConnection:
         if self._ended:
             pending.clear()
             self._stop_reading()
+        elif self._taken != taken and len(self._queued) == queued and self._error is None:
+            return  # on_piece took every read: nothing for the waiting reader to do
         self._wake()
 
     def _let_go(self) -> None:
