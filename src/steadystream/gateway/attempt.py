@@ -1,8 +1,11 @@
 """One upstream request of a stream, and the hot loop that reads it into the buffer.
 
-Per read: one SSE decode and one chunk parse per event (:class:`EventCutter`), a few array
-appends for the ``gateway-upstream`` timeline, the watchdog and progress updates, and one
-buffer put of the bytes as they came. A fallback's events go through its rewriter first.
+Per read: one cut (:class:`EventCutter`: a chunk parse per event), a few array appends for
+the ``gateway-upstream`` timeline, the watchdog and progress updates, and the bytes as they
+came handed to the client. While the client keeps up, the express lane does all that from
+the upstream socket's read callback, the bookkeeping after the loop's pass over the reads
+(:func:`express_lane`); otherwise the reader task does it (:func:`read_attempt`). A
+fallback's events go through its rewriter first, and never through the lane.
 
 The reader sees a :class:`~steadystream.gateway.context.StreamContext` and its own
 :class:`Attempt`, never the relay; the body comes through a

@@ -10,7 +10,8 @@ Shape of a stream (docs/gateway.md#streams)::
   next upstream cannot fix (a 400, say) is passed through with its status and message.
 - The 200 is committed when an upstream answers 200. From then on every failure ends with an
   OpenAI-style in-band error event and ``[DONE]``; a stream is never silently truncated.
-- The reader (``attempt``) forwards upstream bytes as they came, cut at event boundaries; a
+- The reader (``attempt``) forwards upstream bytes as they came, cut at event boundaries
+  (from the socket's read callback while the client keeps up: the express lane); a
   fallback's events are rewritten. The writers (``writers``) send and stamp. The guard
   (``guard``) owns the timers. They share a :class:`StreamContext`; the relay decides.
 - The whole thing races the client's disconnect (``base``); whichever way it ends, the
