@@ -285,7 +285,7 @@ SHAPES = [
     b"\n",
     b"\xef\xbb\xbf" + encode_chunk(chat_chunk("c", "m", 1, content="bom")),
 ]
-ENDS = [DONE, b"data: [DONE]\n\n" + SHAPES[0], b""]
+ENDS = [DONE, DONE + SHAPES[0], DONE + b": ping\n\n", DONE + b"id: 3\n", b""]
 
 
 @settings(max_examples=400, deadline=None)
@@ -331,7 +331,11 @@ def test_the_fast_path_reads_every_pair_of_shapes_as_the_general_path_does() -> 
     """Each pair of shapes, after an opening chunk, read event by event and as one read."""
     opening = encode_chunk(chat_chunk("c", "m", 1, role="assistant", content=""))
     for first, second, limit in itertools.product(SHAPES, SHAPES, [1 << 20, 150]):
-        for reads in ([first, second, DONE], [first + second + DONE]):
+        for reads in (
+            [first, second, DONE],
+            [first + second + DONE],
+            [first, second + DONE + b": ping\n\n"],
+        ):
             fast = EventCutter(max_event_bytes=limit)
             general = EventCutter(max_event_bytes=limit)
             assert fast.feed(opening) == general._feed(opening)

@@ -11,7 +11,7 @@ from steadystream import EventKind
 from steadystream._clock import FakeClock
 from steadystream.gateway import GatewayServer
 from steadystream.gateway import server as server_module
-from steadystream.gateway.attempt import Attempt, express_lane
+from steadystream.gateway.attempt import Attempt, express_lane, read_attempt
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
@@ -60,6 +60,7 @@ def lane(
     outlet = RawOutlet(ctx, _never, transport, chunks=chunks)  # type: ignore[arg-type]
     config = UpstreamConfig(name="u", base_url="http://127.0.0.1:9/v1")
     attempt = Attempt(config, 0, "r", Watchdog(first_token_ns=10**9, stall_ns=10**9))
+    attempt.watchdog.start(0)
     attempt.cutter.feed(encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="")))
     return express_lane(ctx, attempt, outlet), attempt, ctx, outlet, transport
 
@@ -125,6 +126,67 @@ def test_the_lane_leaves_a_read_it_could_reorder_to_the_reader(why: str) -> None
     assert transport.written == []
     assert attempt.early is None  # not even cut: the reader cuts it, in its turn
     assert attempt.cutter.pending_bytes == 0
+
+
+@pytest.mark.asyncio
+async def test_a_read_left_for_the_reader_is_not_overtaken_by_a_later_one() -> None:
+    """Failed before: a declined read left the reader counted as waiting, so a second drain
+    before the reader's step (the stall rescuer's and the loop's) sent the later read first."""
+    take, attempt, ctx, _, transport = lane()
+    attempt.idle = True
+    keepalive = Piece(EventKind.KEEPALIVE, "", b":\n\n", 3)
+    ctx.buffer.offer(Out(b":\n\n", [keepalive]), 3)  # a keepalive waits for the writer
+    first = encode_chunk(chat_chunk("c", "m", 1, content="A"))
+    second = encode_chunk(chat_chunk("c", "m", 1, content="B"))
+    assert not take(1, first)  # declined: queued for the reader
+    assert not attempt.idle
+    await ctx.buffer.get()  # the writer sends the keepalive
+    assert not take(2, second)
+    assert transport.written == []
+    assert attempt.cutter.pending_bytes == 0  # neither was cut: the reader cuts both, in order
+
+
+@pytest.mark.asyncio
+async def test_the_end_the_lane_sent_is_accounted_for_even_if_the_reader_is_stopped() -> None:
+    """Failed before: the lane wrote the last tokens and [DONE], and the guard stopped the
+    reader before it ran; the records, the watchdog and the failover progress missed text
+    the client had."""
+    take, attempt, ctx, outlet, transport = lane()
+    final = (
+        encode_chunk(chat_chunk("c", "m", 1, content=" world"))
+        + encode_chunk(chat_chunk("c", "m", 1, finish_reason="stop"))
+        + DONE
+    )
+    waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+
+    async def read() -> tuple[int, bytes]:
+        return await waiter
+
+    attempt.body = read
+    task = asyncio.ensure_future(read_attempt(ctx, attempt, outlet))
+    await asyncio.sleep(0)
+    assert attempt.idle
+    assert not take(7 * MS, final)  # written; the reader ends the attempt on it
+    waiter.set_result((7 * MS, final))
+    task.cancel()  # the guard's step came first
+    await asyncio.gather(task, return_exceptions=True)
+    ctx.after_writes.run()  # as the relay does when the reader stops
+    assert b" world" in b"".join(transport.written)
+    assert ctx.answered
+    assert ctx.progress.content_text == " world"
+    assert attempt.watchdog.finished
+    assert len(ctx.record.downstream) == len(ctx.record.upstream) == 2
+
+
+@pytest.mark.asyncio
+async def test_the_half_event_a_read_left_is_counted_as_of_that_read() -> None:
+    take, attempt, ctx, _, _ = lane()
+    attempt.idle = True
+    half = EVENT[:40]
+    assert take(1, EVENT + half)  # sent whole; the half event waits for its end
+    assert take(2, EVENT[40:] + EVENT)  # the next read, in the same pass, ends it
+    ctx.after_writes.run()
+    assert ctx.buffer.peak_bytes == len(half)  # held between the two reads
 
 
 @pytest.mark.parametrize("why", ["unsent bytes", "closing", "sending", "no chunks"])

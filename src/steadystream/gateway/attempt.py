@@ -113,11 +113,13 @@ class Attempt:
 
 
 class Early(NamedTuple):
-    """A read the express lane took in the read callback, for the reader to account for."""
+    """A read the express lane cut in the read callback, left for the reader to finish."""
 
     data: bytes
     result: ReadResult
-    sent_ns: int | None  # when it went to the client; None: not sent, the reader sends it
+    # When it went to the client, its bookkeeping already in ``ctx.after_writes`` (a read
+    # that ends the attempt); None: not sent, the reader accounts for it and sends it.
+    sent_ns: int | None
 
 
 def express_lane(
@@ -141,24 +143,29 @@ def express_lane(
     buffer = ctx.buffer
     later = ctx.after_writes.add
 
-    def account(stamp: int, result: ReadResult, sent: int) -> None:
-        _arrived(ctx, attempt, stamp, result)
+    def account(stamp: int, result: ReadResult, held: int, sent: int) -> None:
+        _arrived(ctx, attempt, stamp, result, held)
         _advance(ctx, attempt, stamp, result.pieces)
         outlet.sent(Out(result.data, result.pieces), sent)
 
     def take(stamp: int, data: bytes) -> bool:
-        if not attempt.idle or attempt.failure is not None or buffer:
+        if not attempt.idle:
+            return False
+        # Whatever happens to this read, the reader has something in hand until it runs: a
+        # later read must not overtake it.
+        attempt.idle = False
+        if attempt.failure is not None or buffer:
             return False
         result = cutter.feed(data)
         sent = None
         if result.pieces and result.failure is None:
             sent = outlet.write_now(result.data)
             if sent is not None:
+                later(account, stamp, result, cutter.pending_bytes, sent)
                 if not result.done:
-                    later(account, stamp, result, sent)
+                    attempt.idle = True  # taken whole: the reader still waits
                     return True
                 ctx.answered = True  # [DONE] went out: a disconnect from now on is no cancel
-        attempt.idle = False
         attempt.early = Early(data, result, sent)
         return False
 
@@ -176,16 +183,18 @@ async def read_attempt(
     watchdog = attempt.watchdog
     while True:
         attempt.idle = True
+        broken: UpstreamStreamError | None = None
         try:
             now, data = await read()  # ``now``: when the bytes reached the gateway
         except UpstreamStreamError as exc:
-            if watchdog.finished:
-                return _after_finish(str(exc))
-            return Failure(Cause.RESET, str(exc))
+            broken = exc
         finally:
             attempt.idle = False
             if ctx.after_writes:
                 ctx.after_writes.run()  # the lane's reads came before this one, or this end
+        if broken is not None:
+            what, broken = str(broken), None  # its traceback holds this frame: no cycle
+            return _after_finish(what) if watchdog.finished else Failure(Cause.RESET, what)
         if not data:
             if watchdog.finished and not cutter.pending_bytes:
                 # The answer was whole; only the [DONE] marker is missing: the gateway adds it.
@@ -199,14 +208,14 @@ async def read_attempt(
             result = cutter.feed(data)
             sent = None
         else:
-            # The lane took the read that came first while the reader waited: this one.
+            # The lane cut the read that came first while the reader waited: this one.
             assert early.data is data, "the express lane took a read out of order"
             attempt.early = None
             result, sent = early.result, early.sent_ns
-        _arrived(ctx, attempt, now, result)
         pieces = result.pieces
-        if pieces:
-            if rewriter is not None:
+        if sent is None:  # (else the lane sent it, and its bookkeeping ran above)
+            _arrived(ctx, attempt, now, result, cutter.pending_bytes)
+            if pieces and rewriter is not None:
                 kept = _rewrite(rewriter, pieces)
                 if kept is None:
                     return Failure(Cause.DIVERGED, "the regenerated answer diverged")
@@ -214,11 +223,8 @@ async def read_attempt(
                 payload = b"".join(piece.raw for piece in kept)
             else:
                 payload = result.data
-            _advance(ctx, attempt, now, pieces)
-            if sent is not None:
-                assert outlet is not None  # the lane is the raw outlet's
-                outlet.sent(Out(payload, pieces), sent)
-            elif pieces:
+            if pieces:
+                _advance(ctx, attempt, now, pieces)
                 await _hand_over(ctx, attempt, Out(payload, pieces), outlet, now)
         if result.failure is not None:
             if watchdog.finished and result.failure.cause is not Cause.DIVERGED:
@@ -229,16 +235,17 @@ async def read_attempt(
             return None
 
 
-def _arrived(ctx: StreamContext, attempt: Attempt, now: int, result: ReadResult) -> None:
-    """Record a cut read at the upstream edge, as it came (before any rewriting)."""
+def _arrived(ctx: StreamContext, attempt: Attempt, now: int, result: ReadResult, held: int) -> None:
+    """Record a cut read at the upstream edge, as it came (before any rewriting); ``held``:
+    the bytes of a half event the cutter kept once it had cut this read."""
     record = ctx.record
     log = record.upstream
     t = now - record.received_ns
     if log.first_byte_ns is None:
         log.first_byte_ns = t
-    cutter = attempt.cutter
-    if held := cutter.pending_bytes:
+    if held:
         ctx.buffer.hold(held)
+    cutter = attempt.cutter
     if ctx.envelope is None and cutter.envelope is not None:
         ctx.envelope = cutter.envelope
     add = log.add

@@ -137,8 +137,8 @@ class EventCutter:
             end = offset + len(segment) + 2
             payload = segment[6:] if segment[5:6] == b" " else segment[5:]
             if payload[:1] != b"{":
-                if payload != b"[DONE]":
-                    return None
+                if payload != b"[DONE]" or end != len(data):
+                    return None  # (bytes after [DONE]: the decoder must see them)
                 pieces.append(Piece(None, "", data[offset:end], end - offset))
                 self._decoder.skipped_events()
                 return ReadResult(data[:end], pieces, None, True)

@@ -404,6 +404,13 @@ class StreamRelay(Relay):
             attempt.task = None  # its frames refer to the attempt: no cycle through it
             self.ctx.after_writes.run()  # what the lane sent is in the records before they end
         if task.cancelled():
+            early = attempt.early
+            if early is not None and early.sent_ns is not None:
+                # Stopped after the lane sent the read that ends the answer ([DONE]) and
+                # before the reader got to it: the answer is whole, whatever stopped it.
+                attempt.early = None
+                attempt.watchdog.done()
+                return None
             return attempt.failure or Failure(Cause.STALL, "stopped by the watchdog")
         return task.result()
 

@@ -247,7 +247,7 @@ class StampedConnection:
         return stamp, data
 
     def _enqueue(self, stamp: int, data: bytes) -> bool:
-        if (take := self.on_piece) is not None and take(stamp, data):
+        if (take := self.on_piece) is not None and not self._queued and take(stamp, data):
             self._taken += 1
             return False
         self._queued.append((stamp, data))
