@@ -21,6 +21,7 @@ together share the last one's stamp, and no peek or exact-length read can separa
 
 from __future__ import annotations
 
+import atexit
 import functools
 import socket
 import struct
@@ -75,6 +76,7 @@ def kernel_stamps_available() -> bool:
         keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enable_stamps(keeper)
         _KEEPER.append(keeper)
+        atexit.register(keeper.close)  # (else the interpreter warns of it on the way out)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", 0))
             server.listen(1)
