@@ -478,6 +478,29 @@ def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
         )
     for path, why in skipped.items():
         print(f"skipped {path}: {why}")
+    for line in against_nginx(results):
+        print(line)
+
+
+def against_nginx(results: list[PhaseResult]) -> list[str]:
+    """Issue 16's targets, where the gateway and nginx ran at the same concurrency: events
+    per proxy CPU-second at least half of nginx's; added p99 within nginx's + 3 ms."""
+    found = {(r.path, r.streams): r for r in results}
+    lines = []
+    for (path, streams), gateway in found.items():
+        nginx = found.get(("nginx", streams))
+        if path != "gateway" or nginx is None:
+            continue
+        if not (gateway.proxy_cpu_s and nginx.proxy_cpu_s):
+            continue
+        ratio = (gateway.events / gateway.proxy_cpu_s) / (nginx.events / nginx.proxy_cpu_s)
+        over = gateway.p99_ms - nginx.p99_ms  # the direct path's p99 cancels out
+        lines.append(
+            f"{streams} streams: gateway/nginx events per CPU-second {ratio:.2f} (target >= 0.5, "
+            f"{'met' if ratio >= 0.5 else 'not met'}); added p99 {over:+.1f} ms over nginx's "
+            f"(target <= +3 ms, {'met' if over <= 3 else 'not met'})"
+        )
+    return lines
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
