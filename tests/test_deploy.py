@@ -95,6 +95,11 @@ def test_the_configmap_is_a_valid_gateway_config_on_the_pods_port() -> None:
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert str(config.recording.directory) == mounts["recordings"]
     assert container["args"][-1].startswith(mounts["config"] + "/")
+    # A read-only root needs a writable temporary directory for the workers' metrics.
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert mounts["tmp"] == "/tmp"  # where tempfile looks when TMPDIR is not set
+    volumes = docs["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert "emptyDir" in next(v for v in volumes if v["name"] == "tmp")
 
 
 # -- the Grafana dashboard across replicas --------------------------------------------------------

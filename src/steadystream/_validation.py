@@ -59,8 +59,8 @@ def usable_cores() -> int:
 
 
 def _workers(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().isdigit():  # from the command line
-        value = int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)  # from the command line (only 0-9: "²" and "١" are digits too)
     if value == "auto":
         return value
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -32,8 +32,12 @@ def test_workers_are_checked_like_every_key() -> None:
     for bad in (0, "many", True):
         with pytest.raises(ConfigError, match=r"server\.workers.*at least 1\) or auto"):
             config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": bad}})
-    with pytest.raises(ConfigError, match="the command line: key 'workers'"):
+    with pytest.raises(ConfigError, match=r"--workers '0' \(server\.workers\): a whole"):
         with_server(config, {"workers": "0"})
+    # Digits other than 0-9 are digits to Python ("²" fails int(), "١" passes as 1): refused.
+    for bad in ("²", "١"):
+        with pytest.raises(ConfigError, match=r"--workers .*\(at least 1\) or auto"):
+            with_server(config, {"workers": bad})
 
 
 def test_a_worker_count_far_past_the_cores_is_refused_before_anything_forks() -> None:
@@ -46,7 +50,7 @@ def test_a_worker_count_far_past_the_cores_is_refused_before_anything_forks() ->
             ConfigError, match=rf"server\.workers.*at most {most} for {cores} cores"
         ):
             config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": bad}})
-    with pytest.raises(ConfigError, match=r"the command line: key 'workers'.*auto gives one per"):
+    with pytest.raises(ConfigError, match=r"the command line: --workers.*auto gives one per"):
         with_server(config, {"workers": "99999"})
 
 
@@ -150,13 +154,18 @@ def test_two_workers_one_port_one_metrics_and_a_reload(tmp_path: Path) -> None:
 
             os.kill(gateway.pid, signal.SIGHUP)  # reload: new workers, the port keeps answering
             wait_for(lambda: len(children(gateway.pid)) == 2 and not children(gateway.pid) & first)
+            second = children(gateway.pid)
             for _ in range(4):
                 stream(url)
+            # Replaced at once, before their once-a-second snapshot: the workers publish
+            # their last one as they stop, so those 4 streams count too.
+            os.kill(gateway.pid, signal.SIGHUP)
+            wait_for(lambda: len(children(gateway.pid)) == 2 and not children(gateway.pid) & second)
             wait_for(lambda: streams_total(url) == 14)  # the replaced workers' streams count
             last = children(gateway.pid)
             gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
             assert gateway.process.wait(timeout=30) == 0  # type: ignore[union-attr]
-    for pid in first | last:
+    for pid in first | second | last:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     # A file per worker that served a stream (its pid in the name; the kernel chooses which
@@ -164,7 +173,7 @@ def test_two_workers_one_port_one_metrics_and_a_reload(tmp_path: Path) -> None:
     files = sorted(recordings.glob("*.jsonl"))
     pids = [int(f.name.split("-")[2]) for f in files]
     assert len(pids) == len(set(pids)) >= 2  # one before the reload and one after, at least
-    assert set(pids) <= first | last
+    assert set(pids) <= first | second | last
     runs = [read_jsonl(f) for f in files]
     assert all(run.truncated_line is None for run in runs)
     assert sum(len(run.timelines) for run in runs) == 28
@@ -178,11 +187,22 @@ def idle_worker(*args: object, **kwargs: object) -> None:
     time.sleep(60)
 
 
-def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> None:
+def test_the_parent_replaces_dead_workers_reloads_and_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from steadystream.gateway import workers
 
+    monkeypatch.delenv("STEADYSTREAM_TEST_UNSET_KEY", raising=False)
     config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
-    reloads = iter([ConfigError("gateway.yaml: key 'x': bad"), config])
+    # Valid, but no worker could start with it: a key's variable is not set.
+    keyless = config_from_mapping(
+        {
+            "upstreams": [{**UPSTREAMS[0], "api_key_env": "STEADYSTREAM_TEST_UNSET_KEY"}],
+            "server": {"workers": 2},
+        }
+    )
+    three = with_server(config, {"workers": "3"})
+    reloads = iter([ConfigError("gateway.yaml: key 'x': bad"), keyless, three])
 
     def reload() -> GatewayConfig:
         found = next(reloads)
@@ -207,8 +227,11 @@ def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> N
             os.kill(me, signal.SIGHUP)  # a bad configuration: refused, the workers stay
             time.sleep(0.6)
             assert workers_now() == seen["replaced"]
-            os.kill(me, signal.SIGHUP)  # a good one: every worker replaced
-            wait_for(lambda: len(workers_now()) == 2 and not workers_now() & seen["replaced"])
+            os.kill(me, signal.SIGHUP)  # one no worker could start with: refused too
+            time.sleep(0.6)
+            assert workers_now() == seen["replaced"]
+            os.kill(me, signal.SIGHUP)  # a good one, with a worker more: every one replaced
+            wait_for(lambda: len(workers_now()) == 3 and not workers_now() & seen["replaced"])
             seen["reloaded"] = workers_now()
         finally:
             os.kill(me, signal.SIGTERM)
@@ -223,3 +246,75 @@ def test_the_parent_replaces_dead_workers_reloads_and_stops(tmp_path: Path) -> N
     assert workers_now() == set()  # every worker stopped and reaped
     assert sock.fileno() == -1  # the parent closed the port
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handlers given back
+
+
+def test_a_configuration_no_worker_could_start_with_is_refused_before_any_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from steadystream.gateway.server import serve
+
+    monkeypatch.delenv("STEADYSTREAM_TEST_UNSET_KEY", raising=False)
+    config = config_from_mapping(
+        {
+            "upstreams": [{**UPSTREAMS[0], "api_key_env": "STEADYSTREAM_TEST_UNSET_KEY"}],
+            "server": {"port": free_port(), "workers": 2},
+        }
+    )
+    before = children(os.getpid())
+    with pytest.raises(ConfigError, match="STEADYSTREAM_TEST_UNSET_KEY"):
+        serve(config)
+    assert children(os.getpid()) == before  # no worker started to crash again and again
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_address_in_use_is_one_clear_error(workers: int) -> None:
+    from steadystream.gateway.server import serve
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = config_from_mapping(
+            {"upstreams": UPSTREAMS, "server": {"port": port, "workers": workers}}
+        )
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127\.0\.0\.1:{port}: Address"):
+            serve(config)
+
+
+def test_one_worker_reports_sighup_instead_of_ending(capfd: pytest.CaptureFixture[str]) -> None:
+    from steadystream.gateway.server import _hangup_ignored
+
+    before = signal.getsignal(signal.SIGHUP)
+    with _hangup_ignored():
+        os.kill(os.getpid(), signal.SIGHUP)  # by default: this process would end here
+        time.sleep(0.05)
+    assert "SIGHUP ignored" in capfd.readouterr().err
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+def process_ended(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # ended, maybe not yet reaped by whoever adopted it
+
+
+@pytest.mark.integration
+def test_workers_end_with_a_parent_killed_outright(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"server: {{port: {port}, workers: 2}}\n"
+        "upstreams: [{name: lab, base_url: 'http://127.0.0.1:9/v1'}]\n"
+    )
+    command = steadystream_command("gateway", "--config", str(config))
+    # The metrics folder a killed parent cannot remove goes where pytest removes it.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    health = f"http://127.0.0.1:{port}/healthz"
+    with Child("the gateway", command, health_url=health, env=env) as gateway:
+        assert gateway.pid is not None
+        wait_for(lambda: len(children(gateway.pid)) == 2)
+        workers = children(gateway.pid)
+        os.kill(gateway.pid, signal.SIGKILL)  # no chance to stop them itself
+        wait_for(lambda: all(process_ended(pid) for pid in workers), timeout_s=20)

@@ -463,13 +463,19 @@ def load_config(path: str | Path) -> GatewayConfig:
 
 def with_server(config: GatewayConfig, overrides: Mapping[str, Any]) -> GatewayConfig:
     """``config`` with the ``server`` keys in ``overrides`` replaced (command-line options),
-    checked as in a file: ``--workers many`` is refused naming ``server.workers``."""
+    checked as in a file: ``--workers many`` is refused naming ``--workers`` and
+    ``server.workers``."""
     if not overrides:
         return config
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **overrides})
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, "the command line", ServerConfig)) from exc
+        problems = []
+        for error in exc.errors():
+            key = str(error["loc"][0]) if error["loc"] else "server"
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"--{key} {overrides.get(key)!r} (server.{key}): {message}")
+        raise ConfigError("the command line: " + "; ".join(problems)) from exc
     return config.model_copy(update={"server": server})
 
 

@@ -14,8 +14,13 @@ access log is off: a line per request would cost more than relaying its events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -23,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Scope, Send
 from uvicorn.protocols.http import httptools_impl
 
+from steadystream._exceptions import ConfigError
 from steadystream._gc import quiet_gc
 from steadystream._serving import (
     ServedApp,
@@ -85,16 +91,54 @@ def serve(
 
     With ``server.workers`` above one, that many processes share the port
     (:mod:`steadystream.gateway.workers`); SIGHUP then replaces them one at a time, with the
-    configuration ``reload`` returns.
+    configuration ``reload`` returns. A configuration the gateway cannot start with (a key's
+    variable not set) and an address it cannot listen on are :class:`ConfigError` here.
     """
-    host, port = config.server.host, config.server.port
-    sock = listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
     if config.server.worker_count > 1:
         from steadystream.gateway.workers import serve_workers
 
-        serve_workers(config, sock, serve_on, log_level=log_level, reload=reload)
+        create_app(config)  # a missing key or a bad pacer: refused here, before any fork
+        serve_workers(config, _listen(config), serve_on, log_level=log_level, reload=reload)
         return
-    serve_on(create_app(config), config, sock, log_level)
+    app = create_app(config)
+    with _hangup_ignored():
+        serve_on(app, config, _listen(config), log_level)
+
+
+def _listen(config: GatewayConfig) -> socket.socket:
+    host, port = config.server.host, config.server.port
+    try:
+        return listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
+    except OSError as exc:
+        raise ConfigError(
+            f"server.host and server.port: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+
+
+_HANGUP_IGNORED = (
+    b"gateway: SIGHUP ignored: a reload replaces worker processes, and this gateway serves "
+    b"in one process (with server.workers: 2 or more, SIGHUP reloads without a restart)\n"
+)
+
+
+@contextlib.contextmanager
+def _hangup_ignored() -> Iterator[None]:
+    """One in-process worker has nothing to reload into: SIGHUP says so instead of ending
+    the process (and every stream in it), which is what it does by default."""
+
+    def say(signum: int, frame: FrameType | None) -> None:
+        # os.write: a print here could land inside another print to stderr (reentrant)
+        os.write(sys.stderr.fileno(), _HANGUP_IGNORED)
+
+    try:
+        previous = signal.signal(signal.SIGHUP, say)
+    except ValueError:  # not the main thread: signals are not ours to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def serve_on(

@@ -13,16 +13,19 @@ hot path is shared:
 
 Signals to the parent: SIGTERM or SIGINT stops every worker (each lets its streams finish for
 uvicorn's graceful-shutdown time) and then the parent; SIGHUP reloads: the configuration is
-read again and the workers are replaced one at a time, the new one started before the old one
-stops, so the port keeps answering (a bad configuration is reported and the old workers
-stay; the address and port cannot change, the socket is the parent's). A worker that dies
-on its own is replaced, at most once a second.
+read again and checked as a start would (a key whose variable is not set refuses it), and the
+workers are replaced one at a time, the new one started before the old one stops, so the port
+keeps answering; ``server.workers`` may change, the address and port cannot (the socket is the
+parent's). A refused configuration is reported and the old workers stay. A worker that dies
+on its own is replaced, at most once a second; a parent that dies takes its workers with it
+(the kernel sends each a SIGTERM), so none serves on orphaned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -35,14 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from steadystream._exceptions import SteadystreamError
+from steadystream._exceptions import ConfigError, SteadystreamError
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics
 
 __all__ = ["serve_workers"]
 
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 _STOP_GRACE_S = 10.0  # uvicorn's graceful shutdown, and then some, before SIGKILL
 _RESTART_EVERY_S = 1.0
 _TICK_S = 0.2
@@ -61,7 +65,14 @@ def serve_workers(
     reload: Callable[[], GatewayConfig] | None = None,
 ) -> None:
     """Run ``config.server.worker_count`` workers on ``sock`` until SIGTERM or SIGINT."""
-    folder = Path(tempfile.mkdtemp(prefix="steadystream-gateway-metrics-"))
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="steadystream-gateway-metrics-"))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            "server.workers: the workers share their metrics through a temporary directory, "
+            f"and none can be made (set TMPDIR to a writable one): {exc}"
+        ) from exc
     try:
         _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
     finally:
@@ -118,6 +129,7 @@ class _Supervisor:
             self._stopping = True
 
     def _spawn(self, config: GatewayConfig) -> int:
+        parent = os.getpid()
         pid = os.fork()
         if pid:
             return pid
@@ -125,6 +137,7 @@ class _Supervisor:
         try:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
+            _end_with(parent)
             _worker(config, self.sock, self.folder, self.log_level, self.serve_on)
         except BaseException:  # a child must never return into the parent's code
             traceback.print_exc()
@@ -139,14 +152,26 @@ class _Supervisor:
         if self.reload is not None:
             try:
                 config = self.reload()
+                _startable(config)
             except SteadystreamError as exc:
                 _say(f"reload refused, the workers keep the old configuration: {exc}")
                 return
+        then, now = self.config.server, config.server
+        if (then.host, then.port) != (now.host, now.port):
+            _say(
+                f"server.host and server.port stay {then.host}:{then.port} on a reload (the "
+                "socket is this process's): restart the gateway to move it"
+            )
         self.config = config
-        for index, old in enumerate(list(self.workers)):
-            self.workers[index] = self._spawn(config)
-            _stop([old], _STOP_GRACE_S)
-        _say(f"reloaded: pids {', '.join(map(str, self.workers))}")
+        # One at a time, the new worker started before the old one stops; the count may
+        # change: new workers past the old count, old ones past the new count just stop.
+        old, self.workers = self.workers, []
+        for index in range(max(len(old), now.worker_count)):
+            if index < now.worker_count:
+                self.workers.append(self._spawn(config))
+            if index < len(old):
+                _stop([old[index]], _STOP_GRACE_S)
+        _say(f"reloaded: {len(self.workers)} workers, pids {', '.join(map(str, self.workers))}")
 
     def _replace_dead(self) -> None:
         for index, pid in enumerate(self.workers):
@@ -165,6 +190,26 @@ class _Supervisor:
     def _stop_all(self) -> None:
         workers, self.workers = self.workers, []
         _stop(workers, _STOP_GRACE_S)
+
+
+def _startable(config: GatewayConfig) -> None:
+    """Raise the :class:`SteadystreamError` a worker would die of at start (a key's variable
+    not set, a pacer that cannot run): checked here, once, before any worker is replaced."""
+    from steadystream.gateway.app import create_app
+
+    create_app(config)
+
+
+def _end_with(parent: int) -> None:
+    """Have the kernel SIGTERM this worker when ``parent`` dies, even by SIGKILL, so that no
+    worker serves on orphaned (Linux; elsewhere the parent's own stop is all there is)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died between the fork and the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _worker(
@@ -190,9 +235,24 @@ class _Publishing:
         self._task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._publish_at_end(send))
+            return
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._publish())
         await self.app(scope, receive, send)
+
+    def _publish_at_end(self, send: Send) -> Send:
+        # uvicorn ends the worker by raising the SIGTERM it caught again once it has shut
+        # down, before ``_worker`` could publish: the last snapshot goes out here, after
+        # the streams that were let finish, or a replaced worker's last second is lost.
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                with contextlib.suppress(OSError):
+                    self.shared.publish()
+            await send(message)
+
+        return sending
 
     async def _publish(self) -> None:
         while True:
