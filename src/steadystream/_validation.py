@@ -9,8 +9,10 @@ and, for an unknown key, the keys accepted there (:func:`describe_errors`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
@@ -53,9 +55,30 @@ _WORKERS_PER_CORE = 4
 number far past it is a typo that would fork the machine to a halt."""
 
 
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)))
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: its CPU affinity, and no more than its cgroup's CPU
+    quota allows, rounded up (a container limited to 2 CPUs on a 64-core node gets 2)."""
+    cores = max(1, len(os.sched_getaffinity(0)))
+    quota = _cpu_quota(cgroup)
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def _cpu_quota(cgroup: Path) -> float | None:
+    """CPUs' worth of time per period the cgroup allows (v2 ``cpu.max``, v1 ``cpu.cfs_*``),
+    or None where there is no limit or nothing to read."""
+    try:
+        text = (cgroup / "cpu.max").read_text().split()
+        if text and text[0] != "max":
+            return int(text[0]) / int(text[1])
+        return None
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        quota = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def _workers(value: Any) -> Any:

@@ -318,3 +318,23 @@ def test_workers_end_with_a_parent_killed_outright(tmp_path: Path) -> None:
         workers = children(gateway.pid)
         os.kill(gateway.pid, signal.SIGKILL)  # no chance to stop them itself
         wait_for(lambda: all(process_ended(pid) for pid in workers), timeout_s=20)
+
+
+def test_auto_counts_no_more_cores_than_the_containers_cpu_quota(tmp_path: Path) -> None:
+    from steadystream._validation import usable_cores
+
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cores(tmp_path) == affinity  # nothing to read: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(tmp_path) == affinity  # no limit
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert usable_cores(tmp_path) == 1  # half a CPU: one worker still
+    (tmp_path / "cpu.max").write_text(f"{(affinity + 8) * 100000} 100000\n")
+    assert usable_cores(tmp_path) == affinity  # a quota past the cores: the cores
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()  # cgroup v1
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cores(tmp_path) == min(affinity, 2)
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert usable_cores(tmp_path) == affinity
