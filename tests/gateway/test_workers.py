@@ -94,6 +94,47 @@ def test_snapshots_sum_counters_and_histograms_and_gauges_of_live_workers(tmp_pa
     assert summed["ss_active"] == 2
 
 
+def test_ended_workers_fold_into_one_file_and_still_count(tmp_path: Path) -> None:
+    from steadystream.gateway.shared_metrics import RETIRED, retire
+
+    def worker(pid: int, streams: float, active: float, gaps: list[float]) -> SharedMetrics:
+        shared = SharedMetrics(worker_registry(streams, active, gaps), tmp_path)
+        shared.path = tmp_path / f"worker-{pid}-1.json"
+        shared.publish()
+        return shared
+
+    live = worker(1, 3, 2, [0.05, 0.5])
+    for pid in range(100, 150):  # fifty restarts of a worker, each with a stream
+        worker(pid, 1, 1, [2.0])
+        retire(tmp_path, pid)
+    worker(200, 4, 1, [0.05])
+    before = samples(live.exposition())
+    assert before['ss_streams_total{tenant="web"}'] == 3 + 50 + 4
+    assert before["ss_active"] == 2 + 1  # live workers only
+    assert before['ss_gap_seconds_count{edge="downstream"}'] == 2 + 50 + 1
+    assert before['ss_gap_seconds_bucket{edge="downstream",le="1.0"}'] == 2 + 1
+    retire(tmp_path, 200)
+    after = samples(live.exposition())
+    assert after['ss_streams_total{tenant="web"}'] == 57  # nothing goes backwards
+    assert after["ss_active"] == 2  # an ended worker's streams in flight are not
+    assert after['ss_gap_seconds_count{edge="downstream"}'] == 53
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RETIRED, "worker-1-1.json"]
+    # Stopped between writing retired.json and removing the files it took in: the files
+    # are skipped, counted once, and the next fold removes them.
+    worker(300, 5, 0, [])
+    saved = (tmp_path / "worker-300-1.json").read_bytes()
+    retire(tmp_path, 300)
+    (tmp_path / "worker-300-1.json").write_bytes(saved)
+    folded = orjson.loads((tmp_path / RETIRED).read_bytes())["folded"]
+    assert folded == ["worker-300-1.json"]
+    assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
+    retire(tmp_path, 300)
+    assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
+    assert not (tmp_path / "worker-300-1.json").exists()
+    retire(tmp_path, 999)  # nothing of that worker: nothing changes
+    assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
+
+
 # -- a real gateway with two workers ----------------------------------------------------------
 
 

@@ -12,6 +12,9 @@ them, as prometheus_client's multiprocess mode does for its own metric types:
   worker refreshed within :data:`LIVE_S`), so a worker that died takes its gauge with it;
 - ``_created`` stamps take the earliest.
 
+The parent folds the snapshots of every worker that ended into one file (:func:`retire`),
+so the folder stays as small as the set of live workers.
+
 The gateway's histograms are its own (:mod:`steadystream._histogram`), which
 prometheus_client's multiprocess mode cannot see; snapshots of whatever the registry
 collects cover them and every future metric alike.
@@ -23,13 +26,14 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["LIVE_S", "PUBLISH_EVERY_S", "SharedMetrics"]
+__all__ = ["LIVE_S", "PUBLISH_EVERY_S", "RETIRED", "SharedMetrics", "retire"]
 
 PUBLISH_EVERY_S = 1.0
 LIVE_S = 5.0
@@ -73,33 +77,112 @@ class SharedMetrics:
         return generate_latest(merged)
 
 
+RETIRED = "retired.json"
+"""The summed counters and histograms of the workers that ended (written by the parent)."""
+
+
+def retire(folder: Path, pid: int) -> None:
+    """Fold the snapshots of ended worker ``pid`` into :data:`RETIRED` and remove them.
+
+    The parent calls this once it has reaped the worker, so the folder holds one file per
+    live worker and one for all that ended, however many reloads and restarts came before
+    (a worker that crashes at start every second would otherwise leave 86,400 files a day,
+    each read by every scrape). ``retired.json`` names the files it has taken in; readers
+    skip those, so a scrape between its write and the files' removal counts them once.
+    """
+    dead = sorted(folder.glob(f"worker-{pid}-*.json"))
+    if not dead:
+        return
+    retired = _read(folder / RETIRED) or {"folded": [], "families": []}
+    folded = [name for name in retired["folded"] if (folder / name).exists()]
+    sums = _Sums()
+    sums.add(retired["families"], live=False)
+    for path in dead:
+        if path.name in folded:
+            continue
+        snapshot = _read(path)
+        if snapshot is not None:
+            sums.add(snapshot, live=False)
+            folded.append(path.name)
+    temporary = folder / f"{RETIRED}.tmp"
+    temporary.write_bytes(orjson.dumps({"folded": folded, "families": sums.families()}))
+    temporary.replace(folder / RETIRED)
+    for path in dead:
+        path.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None  # not there, or replaced under us: the next scrape has it
+
+
+class _Sums:
+    """Snapshots summed: counters and histograms add, gauges only from live workers,
+    ``_created`` stamps take the earliest."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, tuple[str, str]] = {}  # name: (help, type)
+        self.values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+
+    def add(self, snapshot: list[dict[str, Any]], *, live: bool) -> None:
+        for family in snapshot:
+            name, kind = family["name"], family["type"]
+            if kind == "gauge" and not live:
+                continue
+            self.meta.setdefault(name, (family["help"], kind))
+            sums = self.values.setdefault(name, {})
+            for sample_name, labels, value in family["samples"]:
+                key = (sample_name, tuple(sorted(labels.items())))
+                if sample_name.endswith("_created"):
+                    sums[key] = min(sums.get(key, value), value)
+                else:
+                    sums[key] = sums.get(key, 0.0) + value
+
+    def families(self) -> list[dict[str, Any]]:
+        """In the snapshot format."""
+        return [
+            {
+                "name": name,
+                "help": documentation,
+                "type": kind,
+                "samples": [
+                    [sample, dict(labels), value]
+                    for (sample, labels), value in self.values[name].items()
+                ],
+            }
+            for name, (documentation, kind) in self.meta.items()
+        ]
+
+    def metrics(self) -> Iterator[Metric]:
+        for name, (documentation, kind) in self.meta.items():
+            family = Metric(name, documentation, kind)
+            for (sample_name, labels), value in self.values[name].items():
+                family.add_sample(sample_name, dict(labels), value)
+            yield family
+
+
 class _Merged(Collector):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
     def collect(self) -> Iterator[Metric]:
         now = time.time()
-        families: dict[str, Metric] = {}
-        values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        sums = _Sums()
+        retired = _read(self.folder / RETIRED)
+        folded = set()
+        if retired is not None:
+            sums.add(retired["families"], live=False)
+            folded = set(retired["folded"])
         for path in sorted(self.folder.glob("worker-*.json")):
+            if path.name in folded:
+                continue  # taken into retired.json, not yet removed
             try:
                 live = now - path.stat().st_mtime <= LIVE_S
-                snapshot = orjson.loads(path.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                continue  # a worker's file replaced under us: the next scrape has it
-            for family in snapshot:
-                name, kind = family["name"], family["type"]
-                if kind == "gauge" and not live:
-                    continue
-                families.setdefault(name, Metric(name, family["help"], kind))
-                sums = values.setdefault(name, {})
-                for sample_name, labels, value in family["samples"]:
-                    key = (sample_name, tuple(sorted(labels.items())))
-                    if sample_name.endswith("_created"):
-                        sums[key] = min(sums.get(key, value), value)
-                    else:
-                        sums[key] = sums.get(key, 0.0) + value
-        for name, family in families.items():
-            for (sample_name, labels), value in values[name].items():
-                family.add_sample(sample_name, dict(labels), value)
-            yield family
+            except OSError:
+                continue
+            snapshot = _read(path)
+            if snapshot is not None:
+                sums.add(snapshot, live=live)
+        yield from sums.metrics()

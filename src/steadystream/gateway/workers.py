@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steadystream._exceptions import ConfigError, SteadystreamError
 from steadystream.gateway.config import GatewayConfig
-from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics
+from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics, retire
 
 __all__ = ["serve_workers"]
 
@@ -171,6 +171,7 @@ class _Supervisor:
                 self.workers.append(self._spawn(config))
             if index < len(old):
                 _stop([old[index]], _STOP_GRACE_S)
+                self._retire(old[index])
         _say(f"reloaded: {len(self.workers)} workers, pids {', '.join(map(str, self.workers))}")
 
     def _replace_dead(self) -> None:
@@ -180,12 +181,19 @@ class _Supervisor:
             done, status = os.waitpid(pid, os.WNOHANG)
             if not done:
                 continue
+            self._retire(pid)
             wait = self._last_restart + _RESTART_EVERY_S - time.monotonic()
             if wait > 0:  # a worker dying at start would otherwise spin the parent
                 time.sleep(wait)
             self._last_restart = time.monotonic()
             self.workers[index] = self._spawn(self.config)
             _say(f"worker {pid} ended ({_status(status)}); started {self.workers[index]}")
+
+    def _retire(self, pid: int) -> None:
+        try:
+            retire(self.folder, pid)
+        except OSError as exc:  # a full disk: its snapshot stays, and still counts
+            _say(f"could not fold the metrics of ended worker {pid}: {exc}")
 
     def _stop_all(self) -> None:
         workers, self.workers = self.workers, []
