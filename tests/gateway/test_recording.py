@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +78,33 @@ def test_files_rotate_and_old_ones_go(tmp_path: Path) -> None:
     assert not any(b"secret answer" in f.read_bytes() for f in files)
     downstream = [t for t in loaded if t.where is Where.GATEWAY_DOWNSTREAM]
     assert all(np.array_equal(t.times, [1]) for t in downstream)
+
+
+def test_files_of_ended_gateway_processes_count_against_the_limit(tmp_path: Path) -> None:
+    ended = subprocess.Popen(["true"])  # a process id that is surely gone
+    ended.wait()
+    old = time.time() - 3600
+
+    def left_by(pid: int, stamp: str, *, stale: bool = True) -> Path:
+        path = tmp_path / f"gateway-{stamp}-{pid}-0001.jsonl"
+        path.write_bytes(b"")
+        if stale:
+            os.utime(path, (old, old))
+        return path
+
+    gone = [left_by(ended.pid, f"2026010{day}T000000") for day in range(1, 6)]
+    writing = left_by(ended.pid, "20260106T000000", stale=False)  # another host's, in use
+    living = left_by(os.getppid(), "20260101T000000")  # a process still running
+    other = tmp_path / "notes.jsonl"  # not a gateway's file
+    other.write_bytes(b"")
+    recorder = TimelineRecorder(tmp_path, keep_files=3)
+    record = StreamRecord("r0", 0, {"route": "chat"})
+    record.downstream.add(1, piece(EventKind.CONTENT, "a"))
+    recorder.write(record.timelines(2, keep_text=False))
+    recorder.close()
+    # Its own file and the newest two of the ended ones: three; the rest are gone.
+    assert [p.exists() for p in gone] == [False, False, False, True, True]
+    assert writing.exists()
+    assert living.exists()
+    assert other.exists()
+    assert all(p.exists() for p in recorder.files)

@@ -289,7 +289,11 @@ class RecordingConfig(_Section):
     directory: str = Field("gateway-recordings", description="where the files go")
     keep_text: bool = Field(False, description="store the answers' text (prompts never)")
     rotate_streams: int = Field(10_000, ge=1, description="streams per file before a new one")
-    keep_files: int = Field(20, ge=1, description="files kept; older ones are deleted")
+    keep_files: int = Field(
+        20,
+        ge=1,
+        description="files kept per process, ended processes' counted in; older ones are deleted",
+    )
     engine_metrics: bool = Field(
         False, description="scrape each upstream's /metrics every 100 ms into the directory"
     )

@@ -15,6 +15,7 @@ when the recording is configured to keep it; prompts are never recorded.
 from __future__ import annotations
 
 import os
+import re
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -225,8 +226,9 @@ class TimelineRecorder:
     """Rotating JSONL files of timelines in one directory.
 
     A new file is started every ``rotate_streams`` streams; only the newest ``keep_files``
-    files this recorder wrote are kept. Each line is flushed when written, so a crash loses
-    no finished stream.
+    files this recorder wrote are kept, and with them the newest of the files that ended
+    gateway processes left in the directory, up to the same count. Each line is flushed when
+    written, so a crash loses no finished stream.
     """
 
     def __init__(
@@ -273,3 +275,49 @@ class TimelineRecorder:
         while len(self.files) > self.keep_files:
             old = self.files.pop(0)
             old.unlink(missing_ok=True)
+        self._prune_ended()
+
+    def _prune_ended(self) -> None:
+        """Count the files of ended gateway processes against ``keep_files`` too.
+
+        Each worker, and each run of the gateway, writes its own files; without this, every
+        restart and every reload would leave up to ``keep_files`` more for good. A file is
+        an ended process's when that process is gone and the file has not been written for
+        :data:`_ENDED_AFTER_S` (the second test keeps the files of a gateway on another
+        host, sharing the directory, while it writes them).
+        """
+        ended = []
+        now = time.time()
+        for path in self.directory.glob("gateway-*.jsonl"):
+            if path in self.files:
+                continue
+            pid = _writer_pid(path.name)
+            try:
+                stale = now - path.stat().st_mtime > _ENDED_AFTER_S
+            except OSError:
+                continue
+            if pid is not None and pid != os.getpid() and stale and not _alive(pid):
+                ended.append(path)
+        room = max(0, self.keep_files - len(self.files))
+        ended.sort(key=lambda p: p.name[len("gateway-") :])  # oldest first (the stamp)
+        for path in ended[: max(0, len(ended) - room)]:
+            path.unlink(missing_ok=True)
+
+
+_ENDED_AFTER_S = 600.0
+_FILE_NAME = re.compile(r"gateway-\d{8}T\d{6}-(\d+)-\d+\.jsonl")
+
+
+def _writer_pid(name: str) -> int | None:
+    found = _FILE_NAME.fullmatch(name)
+    return int(found.group(1)) if found else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
