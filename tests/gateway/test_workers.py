@@ -379,3 +379,24 @@ def test_auto_counts_no_more_cores_than_the_containers_cpu_quota(tmp_path: Path)
     assert usable_cores(tmp_path) == min(affinity, 2)
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     assert usable_cores(tmp_path) == affinity
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_recording_directory_that_cannot_be_written_is_refused_at_start(
+    tmp_path: Path, workers: int
+) -> None:
+    from steadystream.gateway.server import serve
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = config_from_mapping(
+        {
+            "upstreams": UPSTREAMS,
+            "server": {"port": free_port(), "workers": workers},
+            "recording": {"enabled": True, "directory": str(blocker / "recordings")},
+        }
+    )
+    before = children(os.getpid())
+    with pytest.raises(ConfigError, match=r"recording\.directory: cannot write recordings to"):
+        serve(config)
+    assert children(os.getpid()) == before

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -61,11 +63,30 @@ from steadystream.gateway.whole import WholeRelay
 from steadystream.shaping import Pacer, parse_spec
 from steadystream.shaping.base import check_watermarks
 
-__all__ = ["PACER_HEADER", "create_app"]
+__all__ = ["PACER_HEADER", "check_startable", "create_app"]
 
 PACER_HEADER = "X-Steadystream-Pacer"
 _Endpoint = Callable[[Request], Awaitable[Response]]
 _MODELS_TIMEOUT_S = 3.0
+
+
+def check_startable(config: GatewayConfig, env: Mapping[str, str] | None = None) -> None:
+    """Raise the :class:`ConfigError` the gateway would stop at when it starts with ``config``:
+    what :func:`create_app` refuses (a key's variable not set, a pacer that cannot run), and a
+    recording directory it cannot write to (found otherwise only as it starts serving)."""
+    create_app(config, env=env)
+    rec = config.recording
+    if rec.enabled:
+        directory = Path(rec.directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise ConfigError(
+                f"recording.directory: cannot write recordings to {directory}: "
+                f"{exc.strerror or exc}"
+            ) from exc
 
 
 def create_app(

@@ -36,7 +36,7 @@ from steadystream._serving import (
     listening_socket,
     uvicorn_config,
 )
-from steadystream.gateway.app import create_app
+from steadystream.gateway.app import check_startable, create_app
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.head_timeout import head_timeout_protocol
 from steadystream.gateway.recording import TimelineSink
@@ -97,9 +97,10 @@ def serve(
     if config.server.worker_count > 1:
         from steadystream.gateway.workers import serve_workers
 
-        create_app(config)  # a missing key or a bad pacer: refused here, before any fork
+        check_startable(config)  # a missing key, say: refused here, before any fork
         serve_workers(config, _listen(config), serve_on, log_level=log_level, reload=reload)
         return
+    check_startable(config)
     app = create_app(config)
     with _hangup_ignored():
         serve_on(app, config, _listen(config), log_level)

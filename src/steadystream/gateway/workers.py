@@ -202,10 +202,11 @@ class _Supervisor:
 
 def _startable(config: GatewayConfig) -> None:
     """Raise the :class:`SteadystreamError` a worker would die of at start (a key's variable
-    not set, a pacer that cannot run): checked here, once, before any worker is replaced."""
-    from steadystream.gateway.app import create_app
+    not set, a recording directory it cannot write to): checked here, once, before any
+    worker is replaced."""
+    from steadystream.gateway.app import check_startable
 
-    create_app(config)
+    check_startable(config)
 
 
 def _end_with(parent: int) -> None:
