@@ -14,6 +14,7 @@ from steadystream.analysis import analyze_files
 from steadystream.cli import _register, app
 from steadystream.files import write_timelines
 from tests.test_analysis import CONFIG, assert_same_table, random_fleet
+from tests.test_files_parquet import corrupt_parquet
 
 _register()
 runner = CliRunner()
@@ -41,6 +42,19 @@ def test_a_bad_file_on_ray_is_the_same_clear_error(fleet_dir: Path, ray_local: A
         analyze_files([fleet_dir], CONFIG, ray=True)
     assert str(on_ray.value) == str(here.value)
     assert "d.jsonl:1" in str(on_ray.value)
+
+
+def test_a_damaged_parquet_on_ray_is_the_same_clear_error(fleet_dir: Path, ray_local: Any) -> None:
+    corrupt_parquet(fleet_dir / "d.parquet")
+    with pytest.raises(TimelineFormatError) as here:
+        analyze_files([fleet_dir], CONFIG)
+    with pytest.raises(TimelineFormatError) as on_ray:
+        analyze_files([fleet_dir], CONFIG, ray=True)
+    assert str(on_ray.value) == str(here.value)
+    assert "d.parquet: damaged Parquet data" in str(on_ray.value)
+    result = runner.invoke(app, ["analyze", str(fleet_dir), "--ray"])  # explain_files' round
+    assert result.exit_code == 2
+    assert "d.parquet: damaged Parquet data" in " ".join(result.output.split())
 
 
 def test_cli_ray_prints_the_same_summary(fleet_dir: Path, ray_local: Any) -> None:

@@ -80,3 +80,24 @@ def test_parquet_with_no_stream(tmp_path: Path) -> None:
     assert write_parquet(path, []) == 0
     assert read_parquet(path) == []
     assert pq.read_schema(path).metadata[b"steadystream.schema"] == SCHEMA.encode()
+
+
+def corrupt_parquet(path: Path) -> None:
+    """Write a good file at ``path``, then flip bytes of its data, its footer kept intact."""
+    write_parquet(path, [bare_stream(f"s{i}") for i in range(50)])
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, before "PAR1"
+    data_end = len(data) - 8 - footer
+    middle = data_end // 2
+    for k in range(middle, min(middle + 200, data_end)):
+        data[k] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_parquet_with_a_damaged_page_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.parquet"
+    corrupt_parquet(path)
+    with pytest.raises(TimelineFormatError, match="damaged Parquet data") as caught:
+        read_parquet(path)
+    assert caught.value.path == str(path)
+    assert str(caught.value).isprintable()  # one line, without the damaged bytes

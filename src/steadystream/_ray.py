@@ -9,6 +9,7 @@ running; otherwise one is opened for the work and shut down after it.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,9 +18,11 @@ from typing import Any, TypeVar
 from steadystream._exceptions import InputError, SteadystreamError
 from steadystream.metrics import MetricConfig
 
-__all__ = ["RAY_EXTRA", "connected", "import_ray", "map_files"]
+__all__ = ["RAY_EXTRA", "connected", "file_failed", "import_ray", "map_files"]
 
 RAY_EXTRA = "steadystream[ray]"
+_CLIENT_SCHEME = "ray://"
+_CONNECT_TIMEOUT_S = 5.0  # a cluster's head answers at once; this only bounds a dead address
 
 T = TypeVar("T")
 
@@ -49,7 +52,10 @@ def connected(address: str | None = None) -> Iterator[Any]:
         return
     # A Ray started here serves this machine alone: keep its processes on loopback rather
     # than on the host's network address. A cluster joined by address keeps its own.
-    local = address is None and not os.environ.get("RAY_ADDRESS")
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    local = target is None
+    if target is not None:
+        _check_reachable(target)
     try:
         ray.init(
             address=address,
@@ -60,14 +66,64 @@ def connected(address: str | None = None) -> Iterator[Any]:
             log_to_driver=False,
             logging_level="WARNING",
         )
-    except ConnectionError as exc:
-        raise InputError(
-            f"cannot join the Ray cluster at {address or 'RAY_ADDRESS'}: {exc}"
-        ) from exc
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        if target is not None and target.startswith(_CLIENT_SCHEME) and "ray[client]" in str(exc):
+            raise InputError(
+                f"cannot join the Ray cluster at {target}: a {_CLIENT_SCHEME} address needs"
+                " the Ray Client: pip install 'ray[client]'"
+            ) from exc
+        detail = " ".join(str(exc).split())  # Ray's messages span lines
+        if target is None:
+            raise SteadystreamError(f"cannot start Ray on this machine: {detail}") from exc
+        raise InputError(f"cannot join the Ray cluster at {target}: {detail}") from exc
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+def _check_reachable(target: str) -> None:
+    """Refuse an address where nothing answers, before Ray would retry it for many minutes.
+
+    Ray keeps trying a cluster that is not there (printing its warnings) for far longer than
+    anyone waits, so the address's port is tried here first, for a few seconds. ``auto`` is
+    the cluster last started on this machine, as Ray finds it; an address this cannot read
+    is left for Ray to judge.
+    """
+    address = _auto_address() if target == "auto" else target
+    if address is None or address == "local":
+        return
+    host, _, port = address.removeprefix(_CLIENT_SCHEME).rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise InputError(
+            f"cannot join the Ray cluster at {target}: nothing answers at {host}:{port}"
+            f" ({exc.strerror or exc}); is the cluster running, and is this its address?"
+        ) from exc
+
+
+def _auto_address() -> str | None:
+    """The ``host:port`` Ray would join for ``auto``, or None to leave it to Ray."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        address: str | None = canonicalize_bootstrap_address("auto")
+    except Exception:  # Ray's private helper moved or failed: ray.init says what is wrong
+        return None
+    return address
+
+
+def file_failed(path: Path, exc: Exception) -> SteadystreamError:
+    """An unexpected error from a Ray task's work on one file, as an error naming the file.
+
+    Returned as a value like the task's own errors, it reaches the user as one line rather than
+    Ray's traceback; its type and message stay in that line, so a bug is not hidden.
+    """
+    detail = " ".join(str(exc).split())
+    return SteadystreamError(f"{path}: failed unexpectedly ({type(exc).__name__}: {detail})")
 
 
 def map_files(

@@ -115,9 +115,14 @@ def _file_table_or_error(path: Path, config: MetricConfig) -> FileTable | Steady
     """:func:`file_table`, with a bad file's error returned as a value.
 
     Ray would wrap a raised error in its own, traceback and all; returned, it reaches the
-    caller as the same clear error the single-process path gives.
+    caller as the same clear error the single-process path gives. Any other error is returned
+    as one that names the file (see :func:`steadystream._ray.file_failed`).
     """
     try:
         return file_table(path, config)
     except SteadystreamError as exc:
         return exc
+    except Exception as exc:
+        from steadystream._ray import file_failed
+
+        return file_failed(path, exc)

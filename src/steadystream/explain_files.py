@@ -156,16 +156,19 @@ def _read_file(
     """Round one, in a Ray task: a file's head, views and clocks (views index it alone).
 
     A bad file's error is returned as a value: raised, Ray would wrap it in its own, and it
-    would not reach the user as the clear error one process gives.
+    would not reach the user as the clear error one process gives. Any other error is
+    returned as one that names the file (see :func:`steadystream._ray.file_failed`).
     """
     try:
         run = load_run(path, required=False)
+        views = [StreamView.of(i, timeline) for i, timeline in enumerate(run.timelines)]
+        table = None
+        if config is not None:
+            table = FileTable(os.fspath(path), stream_table(run.timelines, config), run.note)
     except SteadystreamError as exc:
         return exc, None, None
-    views = [StreamView.of(i, timeline) for i, timeline in enumerate(run.timelines)]
-    table = None
-    if config is not None:
-        table = FileTable(os.fspath(path), stream_table(run.timelines, config), run.note)
+    except Exception as exc:
+        return _ray.file_failed(path, exc), None, None
     head = _FileHead(
         path=os.fspath(path),
         ids=[view.stream_id for view in views],

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from steadystream import Outcome
+from steadystream import Outcome, SteadystreamError
 from steadystream.bench import BenchConfig, BenchHooks, BenchRunner, run_bench
 from steadystream.files import read_jsonl, write_jsonl
 from steadystream.lab import LabServer
@@ -125,3 +125,19 @@ async def test_cancelling_keeps_what_finished(lab: LabServer, tmp_path: Path) ->
     assert 3 <= len(kept) < 500
     assert outcome.summary is not None
     assert any("interrupted" in note for note in outcome.summary.notes)
+
+
+async def test_a_refused_ray_bench_leaves_the_output_file_as_it_was(tmp_path: Path) -> None:
+    """No Ray cluster answers at the address (or, in a session that already runs a 2-CPU Ray,
+    3 workers are too many): refused before the output file is opened."""
+    pytest.importorskip("ray")
+    out = tmp_path / "run.jsonl"
+    write_jsonl(out, steady_run())
+    before = out.read_bytes()
+    ray_address = f"127.0.0.1:{closed_port()}"
+    settings = config(
+        "http://127.0.0.1:1/v1", out, requests=2, concurrency=3, workers=3, ray_address=ray_address
+    )
+    with pytest.raises(SteadystreamError):
+        await run_bench(settings)
+    assert out.read_bytes() == before

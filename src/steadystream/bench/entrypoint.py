@@ -109,23 +109,27 @@ async def run_bench(
     )
     scraped: list[str] = []  # what the engine-metrics scraper says, for the summary's notes
     scraper = scraping(settings.engine_metrics, plan.endpoint.origin, plan.output, scraped.append)
-    with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
-        async with bench, scraper:
-            try:
-                if settings.warmup:
-                    await bench.warm_up(settings.warmup)
-                if plan.sweep is not None:
-                    outcome.sweep = await _sweep(bench, plan, hooks, writer)
-                else:
-                    assert plan.schedule is not None
-                    outcome.result = await _one_run(
-                        bench, plan.schedule, plan.options, hooks, writer
-                    )
-            except _Interrupted as stop:
-                outcome.interrupted = True
-                if plan.sweep is None:
-                    outcome.result = stop.result
-        outcome.written = writer.written
+    # The bench is entered first: a run it refuses (a Ray cluster not there, or too small for
+    # --workers) leaves an existing output file as it was. Once open, the file keeps every
+    # stream recorded, whatever ends the run.
+    async with bench:
+        with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
+            async with scraper:
+                try:
+                    if settings.warmup:
+                        await bench.warm_up(settings.warmup)
+                    if plan.sweep is not None:
+                        outcome.sweep = await _sweep(bench, plan, hooks, writer)
+                    else:
+                        assert plan.schedule is not None
+                        outcome.result = await _one_run(
+                            bench, plan.schedule, plan.options, hooks, writer
+                        )
+                except _Interrupted as stop:
+                    outcome.interrupted = True
+                    if plan.sweep is None:
+                        outcome.result = stop.result
+            outcome.written = writer.written
     if outcome.result is not None:
         outcome.summary = _summary(outcome.result, plan)
         outcome.summary.notes.extend(scraped)

@@ -148,8 +148,15 @@ def read_parquet(path: str) -> list[Timeline]:
                 )
         columns = [c for c in _COLUMNS if c in schema.names]  # other columns are ignored
         timelines: list[Timeline] = []
-        for batch in file.iter_batches(batch_size=_ROWS_PER_BATCH, columns=columns):
-            timelines.extend(_timelines(batch, path, first_row=len(timelines) + 1))
+        try:
+            for batch in file.iter_batches(batch_size=_ROWS_PER_BATCH, columns=columns):
+                timelines.extend(_timelines(batch, path, first_row=len(timelines) + 1))
+        except (pa.ArrowException, OSError) as exc:
+            # A damaged page behind an intact footer. pyarrow's message spans lines and may
+            # quote the damaged bytes: one printable line of it goes in the error.
+            printable = "".join(c if c.isprintable() else " " for c in str(exc))
+            detail = " ".join(printable.split())
+            raise TimelineFormatError(f"damaged Parquet data ({detail})", path=path) from exc
     return timelines
 
 
