@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -118,21 +119,49 @@ def test_ended_workers_fold_into_one_file_and_still_count(tmp_path: Path) -> Non
     assert after['ss_streams_total{tenant="web"}'] == 57  # nothing goes backwards
     assert after["ss_active"] == 2  # an ended worker's streams in flight are not
     assert after['ss_gap_seconds_count{edge="downstream"}'] == 53
-    assert sorted(p.name for p in tmp_path.iterdir()) == [RETIRED, "worker-1-1.json"]
-    # Stopped between writing retired.json and removing the files it took in: the files
-    # are skipped, counted once, and the next fold removes them.
-    worker(300, 5, 0, [])
-    saved = (tmp_path / "worker-300-1.json").read_bytes()
-    retire(tmp_path, 300)
-    (tmp_path / "worker-300-1.json").write_bytes(saved)
+    # One file per live worker, retired.json, and the last fold's file: named in
+    # retired.json (so skipped), removed at the next fold.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        RETIRED,
+        "worker-1-1.json",
+        "worker-200-1.json",
+    ]
+    # (and the fold before's, removed now but named until the next fold)
     folded = orjson.loads((tmp_path / RETIRED).read_bytes())["folded"]
-    assert folded == ["worker-300-1.json"]
-    assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
+    assert folded == ["worker-149-1.json", "worker-200-1.json"]
+    worker(300, 5, 0, [])
     retire(tmp_path, 300)
+    assert not (tmp_path / "worker-200-1.json").exists()
     assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
-    assert not (tmp_path / "worker-300-1.json").exists()
     retire(tmp_path, 999)  # nothing of that worker: nothing changes
     assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 62
+
+
+def test_a_scrape_that_two_folds_overtake_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steadystream.gateway import shared_metrics
+
+    live = SharedMetrics(worker_registry(1, 0, []), tmp_path)
+    for pid in (7, 8):
+        ended = SharedMetrics(worker_registry(10, 0, []), tmp_path)
+        ended.path = tmp_path / f"worker-{pid}-1.json"
+        ended.publish()
+    real_read = shared_metrics._read
+    folds = []
+
+    def read(path: Path) -> object:
+        # The parent folds both ended workers just as this scrape reaches the first one's
+        # file, after it read retired.json: the second fold removes that file.
+        if path.name == "worker-7-1.json" and not folds:
+            folds.append(path)
+            shared_metrics.retire(tmp_path, 7)
+            shared_metrics.retire(tmp_path, 8)
+        return real_read(path)
+
+    monkeypatch.setattr(shared_metrics, "_read", read)
+    assert samples(live.exposition())['ss_streams_total{tenant="web"}'] == 21
+    assert folds
 
 
 # -- a real gateway with two workers ----------------------------------------------------------
@@ -400,3 +429,48 @@ def test_a_recording_directory_that_cannot_be_written_is_refused_at_start(
     with pytest.raises(ConfigError, match=r"recording\.directory: cannot write recordings to"):
         serve(config)
     assert children(os.getpid()) == before
+
+
+def test_a_stop_during_a_reload_forks_no_more_and_a_kept_port_is_remembered(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steadystream.gateway import workers
+
+    me = os.getpid()
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
+    moved = with_server(config, {"port": config.server.port + 1})
+    spawned: list[int] = []
+    spawn = workers._Supervisor._spawn
+
+    def counting(self: workers._Supervisor, config: GatewayConfig) -> int:
+        spawned.append(pid := spawn(self, config))
+        return pid
+
+    monkeypatch.setattr(workers._Supervisor, "_spawn", counting)
+
+    def reloads() -> Iterator[GatewayConfig]:
+        yield moved  # the port cannot move: said, and the old one kept
+        yield config  # back to the port in use: nothing to say
+        os.kill(me, signal.SIGTERM)  # a stop arrives while this reload runs
+        yield config
+
+    found = reloads()
+
+    def drive() -> None:
+        wait_for(lambda: len(spawned) == 2)
+        os.kill(me, signal.SIGHUP)
+        wait_for(lambda: len(spawned) == 4)
+        os.kill(me, signal.SIGHUP)
+        wait_for(lambda: len(spawned) == 6)
+        os.kill(me, signal.SIGHUP)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    driver = threading.Thread(target=drive)
+    driver.start()
+    workers.serve_workers(config, sock, idle_worker, reload=lambda: next(found))
+    driver.join()
+    assert len(spawned) == 6  # the third reload forked nothing
+    err = capfd.readouterr().err
+    assert err.count("server.host and server.port stay") == 1
+    assert f"stay 127.0.0.1:{config.server.port} on a reload" in err

@@ -42,6 +42,11 @@ def gateway(
     ] = None,
 ) -> None:
     """Measure, pace, fail over and cancel LLM streams between clients and their providers."""
+    import signal
+
+    # Until the gateway installs its own (a reload with workers, a note with one), a SIGHUP
+    # must not end a gateway that is still starting.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from steadystream.cli._options import exit_on_error
     from steadystream.gateway.config import config_from_upstreams, load_config, with_server
     from steadystream.gateway.server import serve

@@ -82,21 +82,24 @@ RETIRED = "retired.json"
 
 
 def retire(folder: Path, pid: int) -> None:
-    """Fold the snapshots of ended worker ``pid`` into :data:`RETIRED` and remove them.
+    """Fold the snapshots of ended worker ``pid`` into :data:`RETIRED`.
 
     The parent calls this once it has reaped the worker, so the folder holds one file per
-    live worker and one for all that ended, however many reloads and restarts came before
-    (a worker that crashes at start every second would otherwise leave 86,400 files a day,
-    each read by every scrape). ``retired.json`` names the files it has taken in; readers
-    skip those, so a scrape between its write and the files' removal counts them once.
+    live worker, one for all that ended, and the files of the last fold, however many reloads
+    and restarts came before (a worker that crashes at start every second would otherwise
+    leave 86,400 files a day, each read by every scrape). ``retired.json`` names the files it
+    has taken in, and readers skip those; a file is removed only at a later fold, and named
+    until it is gone, so a scrape that read the previous ``retired.json`` still finds it
+    (a reader that sees ``retired.json`` change under it reads again: :class:`_Merged`).
     """
     dead = sorted(folder.glob(f"worker-{pid}-*.json"))
     if not dead:
         return
     retired = _read(folder / RETIRED) or {"folded": [], "families": []}
-    folded = [name for name in retired["folded"] if (folder / name).exists()]
+    earlier = [name for name in retired["folded"] if (folder / name).exists()]
     sums = _Sums()
     sums.add(retired["families"], live=False)
+    folded = list(earlier)
     for path in dead:
         if path.name in folded:
             continue
@@ -107,8 +110,8 @@ def retire(folder: Path, pid: int) -> None:
     temporary = folder / f"{RETIRED}.tmp"
     temporary.write_bytes(orjson.dumps({"folded": folded, "families": sums.families()}))
     temporary.replace(folder / RETIRED)
-    for path in dead:
-        path.unlink(missing_ok=True)
+    for name in earlier:  # folded at an earlier fold: no reader can still count it
+        (folder / name).unlink(missing_ok=True)
 
 
 def _read(path: Path) -> Any:
@@ -168,10 +171,21 @@ class _Merged(Collector):
         self.folder = folder
 
     def collect(self) -> Iterator[Metric]:
+        # A fold while this reads could move an ended worker's numbers from its file into
+        # retired.json between the two reads: then read again (a fold is a worker's end,
+        # rare; the last try's sums are used whatever happens).
+        for _ in range(_READ_TRIES):
+            before = _version(self.folder / RETIRED)
+            sums = self._sums()
+            if _version(self.folder / RETIRED) == before:
+                break
+        yield from sums.metrics()
+
+    def _sums(self) -> _Sums:
         now = time.time()
         sums = _Sums()
         retired = _read(self.folder / RETIRED)
-        folded = set()
+        folded: set[str] = set()
         if retired is not None:
             sums.add(retired["families"], live=False)
             folded = set(retired["folded"])
@@ -185,4 +199,16 @@ class _Merged(Collector):
             snapshot = _read(path)
             if snapshot is not None:
                 sums.add(snapshot, live=live)
-        yield from sums.metrics()
+        return sums
+
+
+_READ_TRIES = 5
+
+
+def _version(path: Path) -> tuple[int, int] | None:
+    """Which ``retired.json`` is there (each fold replaces the file: a new inode)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns

@@ -162,11 +162,17 @@ class _Supervisor:
                 f"server.host and server.port stay {then.host}:{then.port} on a reload (the "
                 "socket is this process's): restart the gateway to move it"
             )
+            now = now.model_copy(update={"host": then.host, "port": then.port})
+            config = config.model_copy(update={"server": now})
         self.config = config
         # One at a time, the new worker started before the old one stops; the count may
         # change: new workers past the old count, old ones past the new count just stop.
-        old, self.workers = self.workers, []
+        old = self.workers
+        self.workers = []
         for index in range(max(len(old), now.worker_count)):
+            if self._stopping:  # SIGTERM mid-reload: no more forks; old and new stop together
+                self.workers += old[index:]
+                return
             if index < now.worker_count:
                 self.workers.append(self._spawn(config))
             if index < len(old):
@@ -231,16 +237,17 @@ def _worker(
     metrics = app.state.gateway.metrics
     shared = SharedMetrics(metrics.registry, folder)
     metrics.shared = shared
-    serve_on(app, config, sock, log_level, outer=_Publishing(app, shared))
+    serve_on(app, config, sock, log_level, outer=_Publishing(app, shared, os.getppid()))
     shared.publish()
 
 
 class _Publishing:
     """The gateway app, with its metrics snapshot refreshed every second while it serves."""
 
-    def __init__(self, app: ASGIApp, shared: SharedMetrics) -> None:
+    def __init__(self, app: ASGIApp, shared: SharedMetrics, parent: int) -> None:
         self.app = app
         self.shared = shared
+        self.parent = parent
         self._task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -257,8 +264,11 @@ class _Publishing:
         # the streams that were let finish, or a replaced worker's last second is lost.
         async def sending(message: Message) -> None:
             if message["type"] == "lifespan.shutdown.complete":
-                with contextlib.suppress(OSError):
-                    self.shared.publish()
+                if os.getppid() == self.parent:
+                    with contextlib.suppress(OSError):
+                        self.shared.publish()
+                else:  # the parent died (SIGKILL): nobody will read or remove the folder
+                    shutil.rmtree(self.shared.folder, ignore_errors=True)
             await send(message)
 
         return sending
