@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from steadystream import EventKind, Outcome, TokenSource, Where
 from steadystream.files import read_timelines
@@ -81,30 +84,51 @@ def test_files_rotate_and_old_ones_go(tmp_path: Path) -> None:
 
 
 def test_files_of_ended_gateway_processes_count_against_the_limit(tmp_path: Path) -> None:
-    ended = subprocess.Popen(["true"])  # a process id that is surely gone
-    ended.wait()
     old = time.time() - 3600
 
-    def left_by(pid: int, stamp: str, *, stale: bool = True) -> Path:
-        path = tmp_path / f"gateway-{stamp}-{pid}-0001.jsonl"
+    def left(stamp: str, *, stale: bool = True) -> Path:
+        path = tmp_path / f"gateway-{stamp}-1-0001.jsonl"  # a pid 1: ids say nothing
         path.write_bytes(b"")
         if stale:
             os.utime(path, (old, old))
         return path
 
-    gone = [left_by(ended.pid, f"2026010{day}T000000") for day in range(1, 6)]
-    writing = left_by(ended.pid, "20260106T000000", stale=False)  # another host's, in use
-    living = left_by(os.getppid(), "20260101T000000")  # a process still running
+    gone = [left(f"2026010{day}T000000") for day in range(1, 6)]
+    quiet = left("20260106T000000", stale=False)  # written lately: kept
+    held = left("20260101T000001")  # another gateway (another host, say) still writes it
     other = tmp_path / "notes.jsonl"  # not a gateway's file
     other.write_bytes(b"")
-    recorder = TimelineRecorder(tmp_path, keep_files=3)
-    record = StreamRecord("r0", 0, {"route": "chat"})
-    record.downstream.add(1, piece(EventKind.CONTENT, "a"))
-    recorder.write(record.timelines(2, keep_text=False))
-    recorder.close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            "f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True)\n"
+            "time.sleep(60)",
+            str(held),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        recorder = TimelineRecorder(tmp_path, keep_files=3)
+        record = StreamRecord("r0", 0, {"route": "chat"})
+        record.downstream.add(1, piece(EventKind.CONTENT, "a"))
+        recorder.write(record.timelines(2, keep_text=False))
+        # Its own file is held while it writes (no other gateway's pruner takes it).
+        (mine,) = recorder.files
+        with pytest.raises(BlockingIOError), mine.open() as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        recorder.close()
+        with mine.open() as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once it closed
+    finally:
+        holder.kill()
+        holder.communicate()  # reaped, and its pipe closed
     # Its own file and the newest two of the ended ones: three; the rest are gone.
     assert [p.exists() for p in gone] == [False, False, False, True, True]
-    assert writing.exists()
-    assert living.exists()
+    assert quiet.exists()
+    assert held.exists()
     assert other.exists()
-    assert all(p.exists() for p in recorder.files)

@@ -14,8 +14,8 @@ when the recording is configured to keep it; prompts are never recorded.
 
 from __future__ import annotations
 
+import fcntl
 import os
-import re
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -246,6 +246,7 @@ class TimelineRecorder:
         self.keep_files = keep_files
         self.files: list[Path] = []
         self._writer: JsonlWriter | None = None
+        self._lock: int | None = None  # a descriptor holding the current file's flock
         self._streams_in_file = 0
         self._serial = 0
 
@@ -263,6 +264,9 @@ class TimelineRecorder:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _rotate(self) -> None:
         self.close()
@@ -270,6 +274,8 @@ class TimelineRecorder:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = self.directory / f"gateway-{stamp}-{os.getpid()}-{self._serial:04d}.jsonl"
         self._writer = JsonlWriter(path, keep_text=self.keep_text)
+        self._lock = os.open(path, os.O_RDONLY)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # this file is being written: no pruner's
         self._streams_in_file = 0
         self.files.append(path)
         while len(self.files) > self.keep_files:
@@ -281,23 +287,22 @@ class TimelineRecorder:
         """Count the files of ended gateway processes against ``keep_files`` too.
 
         Each worker, and each run of the gateway, writes its own files; without this, every
-        restart and every reload would leave up to ``keep_files`` more for good. A file is
-        an ended process's when that process is gone and the file has not been written for
-        :data:`_ENDED_AFTER_S` (the second test keeps the files of a gateway on another
-        host, sharing the directory, while it writes them).
+        restart and every reload would leave up to ``keep_files`` more for good. A writer
+        holds a lock on the file it writes (``flock``, which the kernel drops when the
+        process ends, however it ends); a file nobody holds and nobody has written for
+        :data:`_ENDED_AFTER_S` is an ended run's. Process ids would not do: a gateway in
+        another container sees other ids, and one that is pid 1 has the same id every run.
         """
-        ended = []
         now = time.time()
+        ended = []
         for path in self.directory.glob("gateway-*.jsonl"):
             if path in self.files:
                 continue
-            pid = _writer_pid(path.name)
             try:
-                stale = now - path.stat().st_mtime > _ENDED_AFTER_S
+                if now - path.stat().st_mtime > _ENDED_AFTER_S and not _held(path):
+                    ended.append(path)
             except OSError:
                 continue
-            if pid is not None and pid != os.getpid() and stale and not _alive(pid):
-                ended.append(path)
         room = max(0, self.keep_files - len(self.files))
         ended.sort(key=lambda p: p.name[len("gateway-") :])  # oldest first (the stamp)
         for path in ended[: max(0, len(ended) - room)]:
@@ -305,19 +310,16 @@ class TimelineRecorder:
 
 
 _ENDED_AFTER_S = 600.0
-_FILE_NAME = re.compile(r"gateway-\d{8}T\d{6}-(\d+)-\d+\.jsonl")
 
 
-def _writer_pid(name: str) -> int | None:
-    found = _FILE_NAME.fullmatch(name)
-    return int(found.group(1)) if found else None
-
-
-def _alive(pid: int) -> bool:
+def _held(path: Path) -> bool:
+    """Whether a writer holds ``path``'s lock."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
+    finally:
+        os.close(fd)  # (which also lets go of the lock, if it was taken)
+    return False
     return True
