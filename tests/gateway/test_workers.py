@@ -474,3 +474,20 @@ def test_a_stop_during_a_reload_forks_no_more_and_a_kept_port_is_remembered(
     err = capfd.readouterr().err
     assert err.count("server.host and server.port stay") == 1
     assert f"stay 127.0.0.1:{config.server.port} on a reload" in err
+
+
+def test_the_command_gives_sighup_back_as_it_found_it() -> None:
+    from typer.testing import CliRunner
+
+    from steadystream.cli import app
+
+    before = signal.getsignal(signal.SIGHUP)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            app, ["gateway", "--upstream", "http://127.0.0.1:9/v1", "--port", str(port)]
+        )
+    assert result.exit_code == 2  # the address is in use: refused, and the handler restored
+    assert signal.getsignal(signal.SIGHUP) is before

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -42,34 +45,52 @@ def gateway(
     ] = None,
 ) -> None:
     """Measure, pace, fail over and cancel LLM streams between clients and their providers."""
-    import signal
+    # Until the gateway installs its own handler (a reload with workers, a note with one), a
+    # SIGHUP must not end a gateway that is still starting.
+    with _hangup_ignored():
+        from steadystream.cli._options import exit_on_error
+        from steadystream.gateway.config import (
+            GatewayConfig,
+            config_from_upstreams,
+            load_config,
+            with_server,
+        )
+        from steadystream.gateway.server import serve
 
-    # Until the gateway installs its own (a reload with workers, a note with one), a SIGHUP
-    # must not end a gateway that is still starting.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    from steadystream.cli._options import exit_on_error
-    from steadystream.gateway.config import config_from_upstreams, load_config, with_server
-    from steadystream.gateway.server import serve
+        if (config is None) == (not upstream):
+            raise typer.BadParameter(
+                "give --config FILE or at least one --upstream URL", param_hint="--config"
+            )
+        with exit_on_error():
+            if config is not None:
+                chosen = load_config(config)
+            else:
+                chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
+            overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
+            overrides = {k: v for k, v in overrides.items() if v is not None}
+            chosen = with_server(chosen, overrides)
+            names = ", ".join(f"{u.name} ({u.base_url})" for u in chosen.upstreams_in_order())
+            typer.echo(
+                f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
+                f"failover {chosen.failover.policy}, "
+                f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
+            )
 
-    if (config is None) == (not upstream):
-        raise typer.BadParameter(
-            "give --config FILE or at least one --upstream URL", param_hint="--config"
-        )
-    with exit_on_error():
-        if config is not None:
-            chosen = load_config(config)
-        else:
-            chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
-        overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        chosen = with_server(chosen, overrides)
-        names = ", ".join(f"{u.name} ({u.base_url})" for u in chosen.upstreams_in_order())
-        typer.echo(
-            f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
-            f"failover {chosen.failover.policy}, "
-            f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
-        )
-        serve(
-            chosen,
-            reload=None if config is None else lambda: with_server(load_config(config), overrides),
-        )
+            def reload() -> GatewayConfig:
+                assert config is not None
+                return with_server(load_config(config), overrides)
+
+            serve(chosen, reload=None if config is None else reload)
+
+
+@contextlib.contextmanager
+def _hangup_ignored() -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    except ValueError:  # not the main thread (a test's runner): signals are not ours
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
