@@ -189,6 +189,19 @@ def test_cli_ray_options_are_checked_before_anything_starts(
     )
     assert result.exit_code == 2  # the default closed loop has one stream in flight
     assert "--workers 2 is more than --concurrency 1" in " ".join(result.output.split())
+    # A concurrency sweep starts at its smallest load: refused before Ray or the file.
+    for sweep in ("concurrency=1,4", "concurrency=search:1-8"):
+        out.write_text("kept\n")
+        args = bench_args_for("http://127.0.0.1:9/v1", out, "--ray", "--workers", "2")
+        result = cli.invoke(app, [*args, "--sweep", sweep])
+        assert result.exit_code == 2
+        assert "--workers 2 is more than the sweep's smallest concurrency, 1" in " ".join(
+            result.output.split()
+        )
+        assert out.read_text() == "kept\n"
+    result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--ray-address", " "))
+    assert result.exit_code == 2
+    assert "--ray-address: empty" in result.output
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
     result = cli.invoke(app, bench_args_for("http://127.0.0.1:9/v1", out, "--ray"))
     assert result.exit_code == 2

@@ -247,7 +247,11 @@ class BenchConfig(BaseModel):
     warmup: Annotated[
         int,
         Field(ge=0),
-        Flag("Unrecorded requests sent first, one by one (one-time costs stay out).", LOAD),
+        Flag(
+            "Unrecorded requests sent first, one by one (one-time costs stay out); with --ray,"
+            " on every worker.",
+            LOAD,
+        ),
     ] = 1
     prompts: Annotated[
         Path | None, Flag("Prompts JSONL (default: the built-in set).", WORKLOAD)
@@ -403,11 +407,21 @@ class BenchConfig(BaseModel):
             self._check_sweep(self.sweep)
         if self.workers is not None and not self.on_ray:
             raise SpecError("--workers spreads a run over Ray actors: add --ray")
+        if self.ray_address is not None and not self.ray_address.strip():
+            raise SpecError("--ray-address: empty; leave it out for a local Ray (or RAY_ADDRESS)")
         closed_loop = self.rate is None and self.trace is None and self.sweep is None
         slots = self.concurrency if self.concurrency is not None else (1 if closed_loop else None)
+        where = f"--concurrency {slots}"
+        if self.sweep is not None and self.workers is not None:
+            plan = _sweep_plan(self.sweep)
+            if plan.dimension == "concurrency":
+                # The first load measured is the smallest (a search starts at its low end):
+                # refused here, before Ray starts and the output file is opened.
+                slots = int(plan.search[0] if plan.search is not None else min(plan.loads))
+                where = f"the sweep's smallest concurrency, {slots}"
         if self.workers is not None and slots is not None and slots < self.workers:
             raise SpecError(
-                f"--workers {self.workers} is more than --concurrency {slots}:"
+                f"--workers {self.workers} is more than {where}:"
                 " each worker needs at least one stream in flight"
             )
         return self
