@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from steadystream._signals import handling
 from steadystream.cli import app
 
 
@@ -47,7 +46,7 @@ def gateway(
     """Measure, pace, fail over and cancel LLM streams between clients and their providers."""
     # Until the gateway installs its own handler (a reload with workers, a note with one), a
     # SIGHUP must not end a gateway that is still starting.
-    with _hangup_ignored():
+    with handling(signal.SIGHUP, signal.SIG_IGN):
         from steadystream.cli._options import exit_on_error
         from steadystream.gateway.config import (
             GatewayConfig,
@@ -81,16 +80,3 @@ def gateway(
                 return with_server(load_config(config), overrides)
 
             serve(chosen, reload=None if config is None else reload)
-
-
-@contextlib.contextmanager
-def _hangup_ignored() -> Iterator[None]:
-    try:
-        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    except ValueError:  # not the main thread (a test's runner): signals are not ours
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, previous)

@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 
 import uvicorn
@@ -36,6 +36,7 @@ from steadystream._serving import (
     listening_socket,
     uvicorn_config,
 )
+from steadystream._signals import handling
 from steadystream.gateway.app import check_startable, create_app
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.head_timeout import head_timeout_protocol
@@ -122,8 +123,7 @@ _HANGUP_IGNORED = (
 )
 
 
-@contextlib.contextmanager
-def _hangup_ignored() -> Iterator[None]:
+def _hangup_ignored() -> contextlib.AbstractContextManager[None]:
     """One in-process worker has nothing to reload into: SIGHUP says so instead of ending
     the process (and every stream in it), which is what it does by default."""
 
@@ -131,15 +131,7 @@ def _hangup_ignored() -> Iterator[None]:
         # os.write: a print here could land inside another print to stderr (reentrant)
         os.write(sys.stderr.fileno(), _HANGUP_IGNORED)
 
-    try:
-        previous = signal.signal(signal.SIGHUP, say)
-    except ValueError:  # not the main thread: signals are not ours to take
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, previous)
+    return handling(signal.SIGHUP, say)
 
 
 def serve_on(
