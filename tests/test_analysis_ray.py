@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +35,30 @@ def test_ray_tasks_give_exactly_the_single_process_table(fleet_dir: Path, ray_lo
     assert_same_table(on_ray.table, here.table)
 
 
-def test_a_bad_file_on_ray_is_the_same_clear_error(fleet_dir: Path, ray_local: Any) -> None:
-    (fleet_dir / "d.jsonl").write_bytes(b'{"schema": "steadystream.timeline/1"}\n')
+def bad_jsonl(path: Path) -> None:
+    path.write_bytes(b'{"schema": "steadystream.timeline/1"}\n')
+
+
+@pytest.mark.parametrize(
+    ("name", "spoil", "named"),
+    [
+        ("d.jsonl", bad_jsonl, "d.jsonl:1"),
+        ("d.parquet", corrupt_parquet, "d.parquet: damaged Parquet data"),
+    ],
+)
+def test_a_bad_file_on_ray_is_the_same_clear_error(
+    fleet_dir: Path, ray_local: Any, name: str, spoil: Callable[[Path], None], named: str
+) -> None:
+    spoil(fleet_dir / name)
     with pytest.raises(TimelineFormatError) as here:
         analyze_files([fleet_dir], CONFIG)
     with pytest.raises(TimelineFormatError) as on_ray:
         analyze_files([fleet_dir], CONFIG, ray=True)
     assert str(on_ray.value) == str(here.value)
-    assert "d.jsonl:1" in str(on_ray.value)
-
-
-def test_a_damaged_parquet_on_ray_is_the_same_clear_error(fleet_dir: Path, ray_local: Any) -> None:
-    corrupt_parquet(fleet_dir / "d.parquet")
-    with pytest.raises(TimelineFormatError) as here:
-        analyze_files([fleet_dir], CONFIG)
-    with pytest.raises(TimelineFormatError) as on_ray:
-        analyze_files([fleet_dir], CONFIG, ray=True)
-    assert str(on_ray.value) == str(here.value)
-    assert "d.parquet: damaged Parquet data" in str(on_ray.value)
-    result = runner.invoke(app, ["analyze", str(fleet_dir), "--ray"])  # explain_files' round
+    assert named in str(on_ray.value)
+    result = runner.invoke(app, ["analyze", str(fleet_dir), "--ray"])
     assert result.exit_code == 2
-    assert "d.parquet: damaged Parquet data" in " ".join(result.output.split())
+    assert named in " ".join(result.output.split())
 
 
 def test_cli_ray_prints_the_same_summary(fleet_dir: Path, ray_local: Any) -> None:

@@ -70,11 +70,12 @@ _Endpoint = Callable[[Request], Awaitable[Response]]
 _MODELS_TIMEOUT_S = 3.0
 
 
-def check_startable(config: GatewayConfig, env: Mapping[str, str] | None = None) -> None:
-    """Raise the :class:`ConfigError` the gateway would stop at when it starts with ``config``:
-    what :func:`create_app` refuses (a key's variable not set, a pacer that cannot run), and a
-    recording directory it cannot write to (found otherwise only as it starts serving)."""
-    create_app(config, env=env)
+def check_startable(config: GatewayConfig, env: Mapping[str, str] | None = None) -> Starlette:
+    """The app for ``config``, or the :class:`ConfigError` the gateway would stop at when it
+    starts with it: what :func:`create_app` refuses (a key's variable not set, a pacer that
+    cannot run), and a recording directory it cannot write to (found otherwise only as it
+    starts serving)."""
+    app = create_app(config, env=env)
     rec = config.recording
     if rec.enabled:
         directory = Path(rec.directory)
@@ -87,6 +88,7 @@ def check_startable(config: GatewayConfig, env: Mapping[str, str] | None = None)
                 f"recording.directory: cannot write recordings to {directory}: "
                 f"{exc.strerror or exc}"
             ) from exc
+    return app
 
 
 def create_app(

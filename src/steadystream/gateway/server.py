@@ -101,8 +101,7 @@ def serve(
         check_startable(config)  # a missing key, say: refused here, before any fork
         serve_workers(config, _listen(config), serve_on, log_level=log_level, reload=reload)
         return
-    check_startable(config)
-    app = create_app(config)
+    app = check_startable(config)
     with _hangup_ignored():
         serve_on(app, config, _listen(config), log_level)
 
