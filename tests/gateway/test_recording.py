@@ -43,6 +43,63 @@ def test_both_edges_share_the_origin_and_the_request_id() -> None:
     assert up.meta["attempts"] == [{"upstream": "lab"}]
 
 
+def _relayed_events() -> list[Piece]:
+    return [
+        piece(EventKind.ROLE),
+        piece(EventKind.CONTENT, "Hello there"),
+        piece(EventKind.CONTENT, "ünïcode"),
+        Piece(EventKind.CONTENT, "kept", b"", 40),  # its raw bytes not kept: its wire counts
+        piece(None),  # [DONE]: no event on either edge
+    ]
+
+
+def test_a_relayed_read_is_recorded_at_both_edges_as_two_adds_would() -> None:
+    events = _relayed_events()
+    relayed = StreamRecord("r", 0, {})
+    relayed.upstream.add_relayed(relayed.downstream, 5 * MS, 7 * MS, events)
+    apart = StreamRecord("r", 0, {})
+    for p in events:
+        apart.upstream.add(5 * MS, p)
+        apart.downstream.add(7 * MS, p)
+    for mine, theirs in (
+        (relayed.upstream, apart.upstream),
+        (relayed.downstream, apart.downstream),
+    ):
+        assert mine.times == theirs.times
+        assert mine.kinds == theirs.kinds
+        assert mine.texts == theirs.texts
+        assert mine.same_events(theirs)
+    assert list(relayed.downstream.times) == [7 * MS] * 4
+
+
+@pytest.mark.parametrize("differ", ["none", "keepalive", "text", "usage"])
+def test_the_downstream_counts_tokens_once_only_when_its_events_are_the_upstreams(
+    differ: str,
+) -> None:
+    events = _relayed_events()
+    record = StreamRecord("r", 0, {})
+    record.upstream.add_relayed(record.downstream, 1 * MS, 2 * MS, events)
+    if differ == "keepalive":  # the gateway's own event, at the client's edge only
+        record.downstream.add(3 * MS, piece(EventKind.KEEPALIVE))
+    elif differ == "text":  # a fallback's rewritten text
+        record.downstream.add(3 * MS, piece(EventKind.CONTENT, "a much longer piece of text"))
+        record.upstream.add(3 * MS, piece(EventKind.CONTENT, "short"))
+    elif differ == "usage":
+        record.downstream.add(3 * MS, piece(EventKind.CONTENT, "x", usage=9))
+        record.upstream.add(3 * MS, piece(EventKind.CONTENT, "x"))
+    assert record.downstream.same_events(record.upstream) is (differ == "none")
+    up, down = record.timelines(4 * MS, keep_text=False)
+    # Whether taken from the upstream or counted again, the counts are the downstream's own.
+    alone = StreamRecord("r", 0, {})
+    alone.upstream = record.downstream
+    own, _ = alone.timelines(4 * MS, keep_text=False)
+    assert list(down.tokens) == list(own.tokens)
+    assert down.token_source is own.token_source
+    if differ == "none":
+        assert list(down.tokens) == list(up.tokens)
+        assert down.tokens is not up.tokens  # a copy: neither timeline changes the other's
+
+
 def test_running_usage_gives_exact_tokens_with_one_attempt() -> None:
     record = StreamRecord("r", 0, {})
     record.attempts.append({})

@@ -140,13 +140,14 @@ def express_lane(
     it could not send, goes to the reader as :class:`Early`.
     """
     cutter = attempt.cutter
-    buffer = ctx.buffer
+    waiting = ctx.buffer.queue
     later = ctx.after_writes.add
 
     def account(stamp: int, result: ReadResult, held: int, sent: int) -> None:
-        _arrived(ctx, attempt, stamp, result, held)
+        # Both edges in one pass (what ``outlet.sent`` would record, and ``ctx.answered``
+        # is already set for a read that ended the answer).
+        _arrived(ctx, attempt, stamp, result, held, sent)
         _advance(ctx, attempt, stamp, result.pieces)
-        outlet.sent(Out(result.data, result.pieces), sent)
 
     def take(stamp: int, data: bytes) -> bool:
         if not attempt.idle:
@@ -154,7 +155,7 @@ def express_lane(
         # Whatever happens to this read, the reader has something in hand until it runs: a
         # later read must not overtake it.
         attempt.idle = False
-        if attempt.failure is not None or buffer:
+        if attempt.failure is not None or waiting:
             return False
         result = cutter.feed(data)
         sent = None
@@ -235,9 +236,17 @@ async def read_attempt(
             return None
 
 
-def _arrived(ctx: StreamContext, attempt: Attempt, now: int, result: ReadResult, held: int) -> None:
+def _arrived(
+    ctx: StreamContext,
+    attempt: Attempt,
+    now: int,
+    result: ReadResult,
+    held: int,
+    sent: int | None = None,
+) -> None:
     """Record a cut read at the upstream edge, as it came (before any rewriting); ``held``:
-    the bytes of a half event the cutter kept once it had cut this read."""
+    the bytes of a half event the cutter kept once it had cut this read. ``sent``: when the
+    express lane handed the read whole to the client, recorded at the downstream edge too."""
     record = ctx.record
     log = record.upstream
     t = now - record.received_ns
@@ -248,9 +257,17 @@ def _arrived(ctx: StreamContext, attempt: Attempt, now: int, result: ReadResult,
     cutter = attempt.cutter
     if ctx.envelope is None and cutter.envelope is not None:
         ctx.envelope = cutter.envelope
-    add = log.add
+    if sent is None:
+        add = log.add
+        for piece in result.pieces:
+            add(t, piece)
+    else:
+        down = record.downstream
+        t_sent = sent - record.received_ns
+        if down.first_byte_ns is None:
+            down.first_byte_ns = t_sent
+        log.add_relayed(down, t, t_sent, result.pieces)
     for piece in result.pieces:
-        add(t, piece)
         if piece.usage_counts is not None:  # what this upstream billed, as it said
             record.attempts[attempt.index]["usage"] = dict(piece.usage_counts)
 

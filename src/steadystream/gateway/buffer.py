@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sized
 from typing import Generic, TypeVar
 
 from steadystream._types import Nanos
@@ -59,6 +60,12 @@ class StreamBuffer(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def queue(self) -> Sized:
+        """The items waiting, live (the same object for the buffer's life): a hot path binds
+        it once and asks ``if queue:`` without a call into this class per read."""
+        return self._items
 
     @property
     def closed(self) -> bool:

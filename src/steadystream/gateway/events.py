@@ -46,6 +46,7 @@ __all__ = [
 
 KEEPALIVE = encode_comment("keepalive")
 _ENVELOPE_KEYS = ("id", "created", "model")
+_CONTENT = EventKind.CONTENT  # (an enum's member read per event costs a lookup through its class)
 
 
 class Piece(NamedTuple):
@@ -87,10 +88,13 @@ class EventCutter:
     would let one upstream take the gateway's memory.
     """
 
-    __slots__ = ("_carry", "_decoder", "envelope", "keep_raw", "max_event_bytes")
+    __slots__ = ("_carry", "_decoder", "_whole", "envelope", "keep_raw", "max_event_bytes")
 
     def __init__(self, *, keep_raw: bool = True, max_event_bytes: int = 1 << 20) -> None:
         self._decoder = SseDecoder()
+        # The last read took the fast path: the decoder is at a boundary, as it was told
+        # (skipped_events), and nothing reached it since: no need to ask it again.
+        self._whole = False
         self._carry = bytearray()
         self.envelope: dict[str, Any] | None = None
         # Each piece's own bytes (and its payload) are needed only to re-send pieces one by
@@ -107,7 +111,7 @@ class EventCutter:
         """One read: the events it completed (stopping at ``[DONE]`` or a failure)."""
         if (
             data[-2:] == b"\n\n"
-            and self._decoder.at_boundary  # so nothing is carried over either
+            and (self._whole or self._decoder.at_boundary)  # so nothing is carried over either
             and len(data) <= self.max_event_bytes
             and b"\r" not in data
         ):
@@ -140,7 +144,7 @@ class EventCutter:
                 if payload != b"[DONE]" or end != len(data):
                     return None  # (bytes after [DONE]: the decoder must see them)
                 pieces.append(Piece(None, "", data[offset:end], end - offset))
-                self._decoder.skipped_events()
+                self._skipped()
                 return ReadResult(data[:end], pieces, None, True)
             try:
                 obj = orjson.loads(payload)
@@ -173,12 +177,18 @@ class EventCutter:
                 self.envelope = {key: obj[key] for key in _ENVELOPE_KEYS if key in obj}
             pieces.append(piece)
             offset = end
-        self._decoder.skipped_events()
+        self._skipped()
         return ReadResult(data, pieces)
+
+    def _skipped(self) -> None:
+        if not self._whole:
+            self._decoder.skipped_events()
+            self._whole = True
 
     def _feed(self, data: bytes) -> ReadResult:
         """The general path: any SSE, split anywhere."""
         decoder = self._decoder
+        self._whole = False
         items = decoder.feed(data)
         pending = decoder.undispatched_bytes
         if not items:
@@ -294,7 +304,7 @@ def _content_piece(obj: Any, raw: bytes, wire: int) -> Piece | None:
         return None
     if type(text) is not str or not text:
         return None
-    return Piece(EventKind.CONTENT, text, raw, wire)
+    return Piece(_CONTENT, text, raw, wire)
 
 
 def _finished_choices(payload: str) -> tuple[int, ...]:

@@ -82,6 +82,32 @@ class EdgeLog:
         self._usage.append(piece.usage)
         self.texts.append(text)
 
+    def add_relayed(
+        self, downstream: EdgeLog, t: Nanos, sent: Nanos, pieces: Sequence[Piece]
+    ) -> None:
+        """Add ``pieces`` here at ``t`` and to ``downstream`` at ``sent``: what arrived went to
+        the client as it came (the express lane), so each piece is measured once for both."""
+        for piece in pieces:
+            kind = piece.kind
+            if kind is None:
+                continue
+            text = piece.text
+            wire = len(piece.raw) if piece.raw else piece.wire
+            text_bytes = len(text) if text.isascii() else len(text.encode())
+            usage = piece.usage
+            self.times.append(t)
+            self.kinds.append(kind)
+            self._wire.append(wire)
+            self._text_bytes.append(text_bytes)
+            self._usage.append(usage)
+            self.texts.append(text)
+            downstream.times.append(sent)
+            downstream.kinds.append(kind)
+            downstream._wire.append(wire)
+            downstream._text_bytes.append(text_bytes)
+            downstream._usage.append(usage)
+            downstream.texts.append(text)
+
     def mark_next(self, label: str) -> None:
         """Annotate the gap that ends at the next event (a failover, for example)."""
         index = len(self.times)
@@ -110,10 +136,16 @@ class EdgeLog:
         keep_text: bool,
         meta: dict[str, Any],
         redact: Callable[[str], str] = str,
+        same_as: Timeline | None = None,
     ) -> Timeline:
+        """This edge's timeline; ``same_as``: a timeline of the same events (see
+        :meth:`same_events`), whose token counts this one takes rather than count again."""
         kinds = np.frombuffer(self.kinds, dtype=np.uint8).copy()
         text_bytes = np.frombuffer(self._text_bytes, dtype=np.int32).copy()
-        tokens, source = self._tokens(kinds, text_bytes, usage, exact_usage)
+        if same_as is not None:
+            tokens, source = same_as.tokens.copy(), same_as.token_source
+        else:
+            tokens, source = self._tokens(kinds, text_bytes, usage, exact_usage)
         annotations: dict[str, list[str | None]] = {}
         marks = {i: label for i, label in self._marks.items() if i < len(kinds)}
         if marks:
@@ -140,6 +172,16 @@ class EdgeLog:
         )
         timeline.meta.update(meta)
         return timeline
+
+    def same_events(self, other: EdgeLog) -> bool:
+        """Whether both logs hold the same events (times aside): a relay that forwarded
+        every event as it came. Their token counts are then the same."""
+        return (
+            self.kinds == other.kinds
+            and self._text_bytes == other._text_bytes
+            and self._usage == other._usage
+            and self.texts == other.texts
+        )
 
     def _tokens(
         self,
@@ -218,7 +260,10 @@ class StreamRecord:
             "meta": meta,
         }
         up = self.upstream.timeline(self.request_id, Where.GATEWAY_UPSTREAM, **common)
-        down = self.downstream.timeline(self.request_id, Where.GATEWAY_DOWNSTREAM, **common)
+        same = self.downstream.same_events(self.upstream)
+        down = self.downstream.timeline(
+            self.request_id, Where.GATEWAY_DOWNSTREAM, same_as=up if same else None, **common
+        )
         return up, down
 
 

@@ -41,6 +41,7 @@ __all__ = [
 SO_TIMESTAMPNS = 35  # asm-generic (x86-64, arm64, riscv, powerpc); SCM_TIMESTAMPNS is the same
 ANCILLARY_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _TIMESPEC = struct.Struct("@qq")
+_SOL_SOCKET = socket.SOL_SOCKET
 
 
 def enable_stamps(sock: socket.socket) -> None:
@@ -51,7 +52,7 @@ def enable_stamps(sock: socket.socket) -> None:
 def stamp_from_ancillary(ancillary: Iterable[tuple[int, int, bytes]]) -> int | None:
     """The kernel's wall-clock receive stamp (ns) in a ``recvmsg`` ancillary list, or None."""
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+        if level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
             seconds, nanos = _TIMESPEC.unpack_from(data)
             stamp: int = seconds * 1_000_000_000 + nanos
             return stamp
