@@ -2,7 +2,8 @@
 
 ``bench --engine-metrics`` and the gateway scrape an engine's Prometheus endpoint every
 100 ms while streams run and append one JSON line per scrape to a sidecar file next to the
-timelines (``RUN.jsonl`` -> ``RUN.engine-metrics.jsonl``)::
+timelines (``RUN.jsonl`` -> ``RUN.engine-metrics.jsonl``; the gateway writes one per upstream,
+``engine-metrics-NAME.jsonl``, into its recording folder)::
 
     {"schema": "steadystream.engine-metrics/1", "t": 1767225600.123, "source": "http://...",
      "values": {"vllm:num_preemptions_total": 3.0, "vllm:kv_cache_usage_perc": 0.92, ...}}
@@ -17,6 +18,7 @@ and ``_count`` kept. ``explain`` reads the file back as
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import math
 import os
 import time
@@ -34,6 +36,8 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "EngineScraper",
     "check_option",
+    "gateway_metrics_path",
+    "is_engine_metrics",
     "parse_exposition",
     "read_engine_metrics",
     "redact_url",
@@ -48,6 +52,7 @@ MAX_BODY_BYTES = 8 << 20
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 1.0
 SIDECAR_SUFFIX = ".engine-metrics.jsonl"  # RUN.engine-metrics.jsonl beside RUN.jsonl
+GATEWAY_PREFIX = "engine-metrics-"  # engine-metrics-NAME.jsonl in a gateway's recording folder
 
 
 def sidecar_path(run: Path) -> Path:
@@ -58,6 +63,19 @@ def sidecar_path(run: Path) -> Path:
             name = name[: -len(suffix)]
             break
     return run.with_name(f"{name}{SIDECAR_SUFFIX}")
+
+
+def gateway_metrics_path(directory: Path, upstream: str) -> Path:
+    """Where the gateway writes the engine metrics of its upstream named ``upstream``."""
+    return directory / f"{GATEWAY_PREFIX}{upstream}.jsonl"
+
+
+def is_engine_metrics(name: str) -> bool:
+    """Whether a file name is one the engine metrics are written to (by bench or the gateway):
+    they end in ``.jsonl`` like timelines, and a folder of runs is searched without them."""
+    return name.endswith(SIDECAR_SUFFIX) or (
+        name.startswith(GATEWAY_PREFIX) and name.endswith(".jsonl")
+    )
 
 
 def parse_exposition(text: str) -> dict[str, float]:
@@ -155,6 +173,7 @@ class EngineScraper:
         interval_s: float = DEFAULT_INTERVAL_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         wall_clock: Callable[[], float] = time.time,
+        shared: bool = False,
     ) -> None:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive")
@@ -167,6 +186,9 @@ class EngineScraper:
         self._timeout_s = timeout_s
         self._wall = wall_clock
         self._source = redact_url(url)
+        # Several processes scrape into ``path`` (a gateway's workers): only the one that
+        # holds the file's lock does; when it ends, the next to try takes over.
+        self._shared = shared
 
     async def probe(self) -> bool:
         """Whether the endpoint answers with Prometheus text now."""
@@ -175,23 +197,30 @@ class EngineScraper:
     async def run(self, stop: asyncio.Event) -> None:
         """Scrape until ``stop`` is set; each line is flushed as it is written."""
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        holding = not self._shared
         try:
             while not stop.is_set():
                 began = time.monotonic()
-                scraped = await self._fetch()
-                if scraped is None:
-                    self.failures += 1
-                else:
-                    t, values = scraped
-                    line = {"schema": SCHEMA, "t": t, "source": self._source, "values": values}
-                    os.write(fd, orjson.dumps(line) + b"\n")
-                    self.scrapes += 1
+                if not holding:
+                    holding = _locked(fd)
+                if holding:
+                    await self._scrape_into(fd)
                 wait = self._interval_s - (time.monotonic() - began)
                 if wait > 0:
                     with suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), wait)
         finally:
             os.close(fd)
+
+    async def _scrape_into(self, fd: int) -> None:
+        scraped = await self._fetch()
+        if scraped is None:
+            self.failures += 1
+            return
+        t, values = scraped
+        line = {"schema": SCHEMA, "t": t, "source": self._source, "values": values}
+        os.write(fd, orjson.dumps(line) + b"\n")
+        self.scrapes += 1
 
     async def _fetch(self) -> tuple[float, dict[str, float]] | None:
         import aiohttp
@@ -208,6 +237,15 @@ class EngineScraper:
             return (sent + received) / 2, parse_exposition(body.decode("utf-8", "replace"))
         except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
             return None
+
+
+def _locked(fd: int) -> bool:
+    """Take ``fd``'s exclusive lock if nobody holds it (kept until ``fd`` is closed)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def check_option(option: str) -> str:

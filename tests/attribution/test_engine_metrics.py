@@ -145,3 +145,35 @@ def test_a_dead_endpoint_is_counted_not_fatal(tmp_path: Path) -> None:
     assert not answered
     assert scraper.scrapes == 0
     assert scraper.failures >= 2
+
+
+def test_scrapers_sharing_a_file_take_turns_and_never_both_write(tmp_path: Path) -> None:
+    # A gateway's workers each run a scraper of every upstream into the same file: one of
+    # them scrapes (the file's lock); when it ends, another takes over.
+    path = tmp_path / "engine-metrics-lab.jsonl"
+
+    async def take_turns(url: str) -> tuple[int, int, int, int]:
+        async with aiohttp.ClientSession() as session:
+            first, second = (
+                EngineScraper(url, path, session, interval_s=0.02, shared=True) for _ in range(2)
+            )
+            stop_first, stop_second = asyncio.Event(), asyncio.Event()
+            running_first = asyncio.create_task(first.run(stop_first))
+            await asyncio.sleep(0.05)
+            running_second = asyncio.create_task(second.run(stop_second))
+            await asyncio.sleep(0.2)
+            while_first = second.scrapes
+            stop_first.set()
+            await asyncio.wait_for(running_first, 2)
+            await asyncio.sleep(0.2)
+            stop_second.set()
+            await asyncio.wait_for(running_second, 2)
+            return first.scrapes, while_first, second.scrapes, second.failures
+
+    with LabServer("steady") as lab:
+        first, while_first, second, failures = asyncio.run(take_turns(f"{lab.url}/metrics"))
+    assert first >= 3
+    assert while_first == 0  # the lock was taken: it neither scraped nor counted a failure
+    assert failures == 0
+    assert second >= 3  # it took over once the first ended
+    assert len(path.read_bytes().splitlines()) == first + second

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import orjson
 from starlette.types import Scope, Send
 
 from steadystream._clock import Clock
@@ -17,7 +21,7 @@ from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.recording import StreamRecord, TimelineSink
 from steadystream.gateway.upstreams import UpstreamPool
 
-__all__ = ["OTHER_MODEL", "GatewayState", "ModelLabels", "labels_of"]
+__all__ = ["MAX_MODEL_LABEL_CHARS", "OTHER_MODEL", "GatewayState", "ModelLabels", "labels_of"]
 
 OTHER_MODEL = "other"
 """The model label of every model past :attr:`LimitsConfig.max_model_labels`."""
@@ -27,24 +31,87 @@ class ModelLabels:
     """Which model names may become metric label values: a bounded set.
 
     Models named in the configuration always are; a model an upstream actually served
-    (any model, for an upstream with no ``models`` list) joins while there is room. Every
-    other name folds into ``other``, so a client sending random model names cannot grow
-    ``/metrics`` without bound.
+    (any model, for an upstream with no ``models`` list) joins while there is room, if its
+    name is at most :data:`MAX_MODEL_LABEL_CHARS` long. Every other name folds into
+    ``other``, so a client sending random or huge model names cannot grow ``/metrics``
+    without bound.
+
+    The workers of one gateway share the served models (:meth:`share`): a file they all
+    read and add to under a lock, kept with their metrics for the life of the gateway, so
+    the bound holds for ``/metrics`` summed over every worker, across reloads and restarts.
     """
 
-    __slots__ = ("_known", "_limit")
+    __slots__ = ("_full", "_known", "_limit", "_room", "_shared")
 
     def __init__(self, configured: list[str], limit: int) -> None:
         self._known = dict.fromkeys(configured)
         self._limit = max(limit, len(self._known))
+        self._room = self._limit - len(self._known)  # for served models
+        self._shared: Path | None = None
+        self._full = False
+
+    def share(self, path: Path) -> None:
+        """Join the served models of every worker kept in ``path`` (created if missing)."""
+        self._shared = path
+        self._join(None)
 
     def label(self, model: str) -> str:
         return model if model in self._known else OTHER_MODEL
 
     def served(self, model: str) -> None:
         """An upstream answered for ``model``: it may have a label of its own."""
-        if model not in self._known and len(self._known) < self._limit:
+        if model in self._known or len(model) > MAX_MODEL_LABEL_CHARS or self._full:
+            return
+        if self._shared is not None:
+            self._join(model)
+        elif len(self._known) < self._limit:
             self._known[model] = None
+        else:
+            self._full = True
+
+    def _join(self, model: str | None) -> None:
+        # Another worker holding the lock (for microseconds) is not waited for: the name
+        # waits for its next stream. Once the shared set is full it never changes again.
+        assert self._shared is not None
+        try:
+            fd = os.open(self._shared, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            names = _read_names(fd)
+            if model is not None and model not in names and len(names) < self._room:
+                names.append(model)
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                os.write(fd, orjson.dumps(names))
+        except OSError:
+            return
+        finally:
+            os.close(fd)  # (and the lock with it)
+        for name in names[: self._room]:
+            self._known.setdefault(name)
+        self._full = len(names) >= self._room
+
+
+MAX_MODEL_LABEL_CHARS = 256
+"""A served model with a longer name is counted as ``other``: one label value is repeated
+on every series of the model, so one huge name would make every scrape huge."""
+
+
+def _read_names(fd: int) -> list[str]:
+    data = b""
+    while chunk := os.read(fd, 1 << 16):
+        data += chunk
+        if len(data) > 1 << 22:  # no honest set is this large (256 chars x the limit)
+            return []
+    try:
+        names = orjson.loads(data) if data else []
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(names, list):
+        return []
+    return [n for n in names if isinstance(n, str) and len(n) <= MAX_MODEL_LABEL_CHARS]
 
 
 log = logging.getLogger("steadystream.gateway")

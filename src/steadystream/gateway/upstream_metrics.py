@@ -18,7 +18,12 @@ from pathlib import Path
 
 from yarl import URL
 
-from steadystream.engine_metrics import DEFAULT_TIMEOUT_S, EngineScraper, redact_url
+from steadystream.engine_metrics import (
+    DEFAULT_TIMEOUT_S,
+    EngineScraper,
+    gateway_metrics_path,
+    redact_url,
+)
 from steadystream.gateway.config import GatewayConfig
 
 __all__ = ["scraping_upstreams"]
@@ -42,8 +47,9 @@ async def scraping_upstreams(config: GatewayConfig) -> AsyncIterator[list[Engine
         for upstream in config.upstreams:
             url = str(URL(upstream.base_url).origin() / "metrics")
             # Upstream names are letters, digits, '.', '_' and '-' (config checks): file-safe.
-            path = directory / f"engine-metrics-{upstream.name}.jsonl"
-            scraper = EngineScraper(url, path, session)
+            path = gateway_metrics_path(directory, upstream.name)
+            # With several workers each runs this: one of them scrapes (the file's lock).
+            scraper = EngineScraper(url, path, session, shared=True)
             if await scraper.probe():
                 scrapers.append(scraper)
             else:

@@ -50,6 +50,8 @@ _PR_SET_PDEATHSIG = 1  # prctl(2)
 _STOP_GRACE_S = 10.0  # uvicorn's graceful shutdown, and then some, before SIGKILL
 _RESTART_EVERY_S = 1.0
 _TICK_S = 0.2
+MODEL_LABELS = "models.json"
+"""The served models with labels of their own, shared by the workers (ModelLabels.share)."""
 
 
 ServeOn = Callable[..., None]
@@ -234,7 +236,10 @@ def _worker(
     from steadystream.gateway.app import create_app
 
     app = create_app(config)
-    metrics = app.state.gateway.metrics
+    state = app.state.gateway
+    # One set of model labels for every worker, this one and those before and after it.
+    state.model_labels.share(folder / MODEL_LABELS)
+    metrics = state.metrics
     shared = SharedMetrics(metrics.registry, folder)
     metrics.shared = shared
     serve_on(app, config, sock, log_level, outer=_Publishing(app, shared, os.getppid()))
