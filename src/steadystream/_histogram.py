@@ -4,10 +4,11 @@ prometheus_client's ``Histogram`` takes a lock and walks its buckets on every ``
 The lab observes once per SSE event it writes, and the gateway observes every gap of a
 stream at once when it ends, so both keep their buckets here instead: a scalar observation
 is one ``bisect`` and one list increment, an array of them one ``searchsorted`` and one
-``bincount``. Both run on one event-loop thread, which is also where they are scraped, so
-no lock is needed. :class:`Histograms` exposes any number of them through a registry passed
-in (never the global one). Buckets are validated as client_python's are: strictly
-increasing, or a ``ValueError``.
+``bincount``. Both run on one event-loop thread, so no lock is needed; a scrape that
+renders on another thread collects a copy taken on the loop (:meth:`Histograms.frozen`).
+:class:`Histograms` exposes any number of them through a registry passed in (never the
+global one). Buckets are validated as client_python's are: strictly increasing, or a
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class HistogramSeries:
     def count(self) -> int:
         return sum(self.counts)
 
+    def copy(self) -> HistogramSeries:
+        copied = HistogramSeries(self._bounds)
+        copied.counts = list(self.counts)
+        copied.total = self.total
+        return copied
+
 
 class FastHistogram:
     """A labelled histogram whose series are :class:`HistogramSeries`."""
@@ -81,6 +88,13 @@ class FastHistogram:
         if len(array):
             self.labels(*labels).observe_many(array)
 
+    def frozen(self) -> FastHistogram:
+        """A copy of every series as of now (a list copy each): collected on another thread
+        while this one goes on observing."""
+        copy = FastHistogram(self.name, self.documentation, self.labelnames, self.bounds)
+        copy._series = {labels: series.copy() for labels, series in self._series.items()}
+        return copy
+
     def collect(self) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         edges = [repr(b) for b in self.bounds] + ["+Inf"]
@@ -105,6 +119,15 @@ class Histograms(Collector):
     ) -> None:
         self.histograms = list(histograms)
         self._before_collect = before_collect  # brings batched observations in
+
+    def frozen(self) -> Histograms:
+        """Every histogram as of now (:meth:`FastHistogram.frozen`), batched observations
+        brought in first: the copy another thread may collect. Turning thousands of series
+        into samples takes long enough to stall the loop they are observed on; the copy
+        takes a list copy per series."""
+        if self._before_collect is not None:
+            self._before_collect()
+        return Histograms([histogram.frozen() for histogram in self.histograms])
 
     def collect(self) -> Iterator[Metric]:
         if self._before_collect is not None:

@@ -109,3 +109,77 @@ def test_added_latency_needs_events_that_pair() -> None:
     assert len(added_latency_s(up, paced)) == 0
     relayed = make_timeline([100.2, 133.5, 167], where=Where.GATEWAY_DOWNSTREAM, role_ms=None)
     assert added_latency_s(up, relayed) == pytest.approx([0.0002, 0.0005, 0.001])
+
+
+def _observed(metrics: GatewayMetrics, streams: int, *, counted: bool = True) -> None:
+    labels = ("m", "chat", "", "lab")
+    for _ in range(streams):
+        up = make_timeline([0, 10, 20], where=Where.GATEWAY_UPSTREAM)
+        down = make_timeline([1, 11, 21], where=Where.GATEWAY_DOWNSTREAM)
+        metrics.observe_stream(labels, (up, down), duration_s=0.5)
+        if counted:
+            metrics.streams.labels(*labels, "complete").inc()
+
+
+def test_a_scrape_is_rendered_on_a_thread_from_a_copy_taken_on_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import threading
+
+    import steadystream.gateway.export as export
+
+    metrics = GatewayMetrics(CollectorRegistry())
+    _observed(metrics, 3)
+    expected = metrics.exposition()
+    release = threading.Event()
+    rendered_on: list[threading.Thread] = []
+    real = export.generate_latest
+
+    def slow(registry: CollectorRegistry) -> bytes:
+        rendered_on.append(threading.current_thread())
+        assert release.wait(10)  # the loop must go on meanwhile, or this never returns
+        return real(registry)
+
+    monkeypatch.setattr(export, "generate_latest", slow)
+
+    async def scrape_while_serving() -> tuple[bytes, bytes, int]:
+        first = asyncio.ensure_future(metrics.render())
+        second = asyncio.ensure_future(metrics.render())  # while the first is being made
+        await asyncio.sleep(0.01)
+        # The loop serves on while the text is made: a stream ends, and its histograms are
+        # not in this scrape (the counters are prometheus_client's own, read as they are).
+        _observed(metrics, 1, counted=False)
+        release.set()
+        return await first, await second, len(rendered_on)
+
+    first, second, renders = asyncio.run(scrape_while_serving())
+    assert first == second == expected
+    assert renders == 1  # the second scrape got the first one's text
+    assert rendered_on[0] is not threading.main_thread()
+    monkeypatch.setattr(export, "generate_latest", real)
+    after = samples(metrics)
+    assert (
+        after[("steadystream_gap_seconds_count", frozenset([*_LABELS, ("edge", "upstream")]))] == 8
+    )
+
+
+_LABELS = [("model", "m"), ("route", "chat"), ("tenant", ""), ("upstream", "lab")]
+
+
+def test_a_copy_of_the_histograms_does_not_move_with_them() -> None:
+    metrics = GatewayMetrics(CollectorRegistry())
+    _observed(metrics, 2)
+    view = metrics.view()
+    _observed(metrics, 5)
+    key = ("steadystream_gap_seconds_count", frozenset([*_LABELS, ("edge", "downstream")]))
+
+    def count(registry: CollectorRegistry) -> float:
+        for family in registry.collect():
+            for s in family.samples:
+                if (s.name, frozenset(s.labels.items())) == key:
+                    return float(s.value)
+        raise AssertionError("no such sample")
+
+    assert count(view) == 2 * 2  # two gaps per stream, as of the copy
+    assert count(metrics.view()) == 7 * 2

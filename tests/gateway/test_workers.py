@@ -95,6 +95,28 @@ def test_snapshots_sum_counters_and_histograms_and_gauges_of_live_workers(tmp_pa
     assert summed["ss_active"] == 2
 
 
+def test_a_snapshot_written_late_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    # Snapshots are written from threads (a scrape's and the once-a-second one): the one
+    # taken first may end last, and must not take the file back in time.
+    streams = [0]
+
+    def view() -> CollectorRegistry:  # a copy of the worker's numbers, as GatewayMetrics.view
+        copy = CollectorRegistry()
+        Counter("ss_streams", "s", registry=copy).inc(streams[0])
+        return copy
+
+    shared = SharedMetrics(CollectorRegistry(), tmp_path, view=view)
+    streams[0] = 1
+    older = shared.snapshot()
+    streams[0] = 2
+    newer = shared.snapshot()
+    shared.publish(newer)
+    shared.publish(older)
+    (family,) = orjson.loads(shared.path.read_bytes())
+    assert [value for name, _, value in family["samples"] if name == "ss_streams_total"] == [2]
+    assert samples(shared.exposition(older))["ss_streams_total"] == 2
+
+
 def test_ended_workers_fold_into_one_file_and_still_count(tmp_path: Path) -> None:
     from steadystream.gateway.shared_metrics import RETIRED, retire
 

@@ -394,6 +394,6 @@ def _health(state: GatewayState) -> _Endpoint:
 
 def _metrics(state: GatewayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
-        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
+        return Response(await state.metrics.render(), media_type=CONTENT_TYPE)
 
     return endpoint

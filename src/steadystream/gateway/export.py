@@ -14,6 +14,8 @@ docs/gateway.md#metrics maps each metric to its OpenTelemetry GenAI counterpart.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -127,23 +129,23 @@ class GatewayMetrics:
             BYTES_BUCKETS,
         )
         self._ended: list[tuple[StreamLabels, tuple[Timeline, ...], float]] = []
-        registry.register(
-            Histograms(
-                [
-                    self.gap,
-                    self.stream_p99_gap,
-                    self.stream_max_gap,
-                    self.ttft,
-                    self.ttfb,
-                    self.duration,
-                    self.output_tokens,
-                    self.cancel_latency,
-                    self.added_latency,
-                    self.buffer_peak,
-                ],
-                before_collect=self.flush,
-            )
+        self._rendering: asyncio.Future[bytes] | None = None
+        self._histograms = Histograms(
+            [
+                self.gap,
+                self.stream_p99_gap,
+                self.stream_max_gap,
+                self.ttft,
+                self.ttfb,
+                self.duration,
+                self.output_tokens,
+                self.cancel_latency,
+                self.added_latency,
+                self.buffer_peak,
+            ],
+            before_collect=self.flush,
         )
+        registry.register(self._histograms)
         self.streams = Counter(
             "steadystream_streams", "Requests by how they ended.", [*_STREAM, "outcome"],
             registry=registry,
@@ -172,12 +174,47 @@ class GatewayMetrics:
         self.active = Gauge(
             "steadystream_active_streams", "Requests in flight.", ["route"], registry=registry
         )
+        self._locked = [
+            self.streams,
+            self.stalls,
+            self.failovers,
+            self.cancellations,
+            self.client_stuck,
+            self.errors,
+            self.active,
+        ]
+
+    def view(self) -> CollectorRegistry:
+        """Every series as of now, in a registry another thread may collect: the histograms
+        copied (they have no lock, and this thread goes on observing), the counters and the
+        gauge themselves (prometheus_client locks each)."""
+        view = CollectorRegistry(auto_describe=False)
+        view.register(self._histograms.frozen())
+        for metric in self._locked:
+            view.register(metric)
+        return view
 
     def exposition(self) -> bytes:
         """This process's metrics; with several workers (:attr:`shared`), all of theirs summed."""
         if self.shared is not None:
             return self.shared.exposition()
-        return generate_latest(self.registry)
+        return generate_latest(self.view())
+
+    async def render(self) -> bytes:
+        """:meth:`exposition` for a scrape: the view taken here, the text made on a thread.
+
+        With many series (every model label times every bucket) the text takes long enough
+        to be a stall of every stream on this loop (hundreds of milliseconds at a hundred
+        models). Scrapes that come while one is being made get its text.
+        """
+        rendering = self._rendering
+        if rendering is None or rendering.done():
+            if self.shared is not None:
+                work = functools.partial(self.shared.exposition, self.shared.snapshot())
+            else:
+                work = functools.partial(generate_latest, self.view())
+            rendering = self._rendering = asyncio.ensure_future(asyncio.to_thread(work))
+        return await asyncio.shield(rendering)
 
     def observe_stream(
         self,

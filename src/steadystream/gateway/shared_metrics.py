@@ -23,17 +23,18 @@ collects cover them and every future metric alike.
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["LIVE_S", "PUBLISH_EVERY_S", "RETIRED", "SharedMetrics", "retire"]
+__all__ = ["LIVE_S", "PUBLISH_EVERY_S", "RETIRED", "SharedMetrics", "Snapshot", "retire"]
 
 PUBLISH_EVERY_S = 1.0
 LIVE_S = 5.0
@@ -41,16 +42,38 @@ LIVE_S = 5.0
 
 
 class SharedMetrics:
-    """The snapshot of one worker's ``registry`` in ``folder``, and the sum of all of them."""
+    """The snapshot of one worker's metrics in ``folder``, and the sum of every worker's.
 
-    def __init__(self, registry: CollectorRegistry, folder: Path) -> None:
+    ``view`` gives the registry to take a snapshot of (default: ``registry`` itself); the
+    gateway's gives a copy that another thread may collect (:meth:`GatewayMetrics.view`), so
+    :meth:`publish` and :meth:`exposition` can run on a thread while the loop serves.
+    Snapshots are written in the order their views were taken, whichever thread ends first.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        folder: Path,
+        view: Callable[[], CollectorRegistry] | None = None,
+    ) -> None:
         self.registry = registry
         self.folder = folder
         self.path = folder / f"worker-{os.getpid()}-{time.time_ns()}.json"
-        self._published = 0.0
+        self._view = view if view is not None else (lambda: registry)
+        self._taken = 0  # views handed out (Snapshot.order)
+        self._written = 0  # the order of the newest snapshot in the file
+        self._lock = threading.Lock()
 
-    def publish(self) -> None:
-        """Write this worker's snapshot (atomically: a reader never sees half a file)."""
+    def snapshot(self) -> Snapshot:
+        """This worker's metrics as of now (on the thread that updates them)."""
+        self._taken += 1
+        return Snapshot(self._view(), self._taken)
+
+    def publish(self, snapshot: Snapshot | None = None) -> None:
+        """Write ``snapshot`` (default: one taken now) as this worker's, atomically (a reader
+        never sees half a file), unless a newer one is there already."""
+        if snapshot is None:
+            snapshot = self.snapshot()
         families = [
             {
                 "name": family.name,
@@ -58,23 +81,29 @@ class SharedMetrics:
                 "type": family.type,
                 "samples": [[s.name, s.labels, s.value] for s in family.samples],
             }
-            for family in self.registry.collect()
+            for family in snapshot.view.collect()
         ]
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps(families))
-        temporary.replace(self.path)
-        self._published = time.monotonic()
+        data = orjson.dumps(families)
+        with self._lock:
+            if snapshot.order <= self._written:
+                return
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_bytes(data)
+            temporary.replace(self.path)
+            self._written = snapshot.order
 
-    def publish_if_due(self) -> None:
-        if time.monotonic() - self._published >= PUBLISH_EVERY_S:
-            self.publish()
-
-    def exposition(self) -> bytes:
-        """Every worker's metrics summed, in Prometheus' text format."""
-        self.publish()
+    def exposition(self, snapshot: Snapshot | None = None) -> bytes:
+        """Every worker's metrics summed, in Prometheus' text format (this worker's as of
+        ``snapshot``, default: now)."""
+        self.publish(snapshot)
         merged = CollectorRegistry(auto_describe=False)
         merged.register(_Merged(self.folder))
         return generate_latest(merged)
+
+
+class Snapshot(NamedTuple):
+    view: CollectorRegistry  # what to collect, on any thread
+    order: int  # when it was taken: a later snapshot is never overwritten by an earlier
 
 
 RETIRED = "retired.json"

@@ -240,10 +240,10 @@ def _worker(
     # One set of model labels for every worker, this one and those before and after it.
     state.model_labels.share(folder / MODEL_LABELS)
     metrics = state.metrics
-    shared = SharedMetrics(metrics.registry, folder)
+    shared = SharedMetrics(metrics.registry, folder, view=metrics.view)
     metrics.shared = shared
     serve_on(app, config, sock, log_level, outer=_Publishing(app, shared, os.getppid()))
-    shared.publish()
+    shared.publish()  # (the loop and its threads are done: nothing newer can come)
 
 
 class _Publishing:
@@ -279,9 +279,12 @@ class _Publishing:
         return sending
 
     async def _publish(self) -> None:
+        # The snapshot is taken on the loop and written from a thread: with many series,
+        # turning them into a file takes long enough to stall every stream here.
+        shared = self.shared
         while True:
             with contextlib.suppress(OSError):  # a full disk must not end the worker
-                self.shared.publish()
+                await asyncio.to_thread(shared.publish, shared.snapshot())
             await asyncio.sleep(PUBLISH_EVERY_S)
 
 
