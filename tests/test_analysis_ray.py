@@ -69,3 +69,17 @@ def test_cli_ray_prints_the_same_summary(fleet_dir: Path, ray_local: Any) -> Non
     for key in ("fleet", "groups", "worst_streams", "findings", "stall_causes", "notes"):
         assert ray_data[key] == here_data[key], key
     assert here_data["stall_causes"]  # the stalls' causes, attributed on Ray too
+
+
+@pytest.mark.parametrize("command", ["analyze", "explain"])
+def test_a_gateway_recording_on_ray_counts_each_request_once(
+    tmp_path: Path, ray_local: Any, command: str
+) -> None:
+    from tests.test_vantage_points import gateway_folder
+
+    args = [command, str(gateway_folder(tmp_path)), "--json"]
+    on_ray, here = runner.invoke(app, [*args, "--ray"]), runner.invoke(app, args)
+    assert on_ray.exit_code == here.exit_code == 0, on_ray.output + here.output
+    ray_data, here_data = orjson.loads(on_ray.output), orjson.loads(here.output)
+    assert ray_data == here_data
+    assert (ray_data["fleet"]["streams"] if command == "analyze" else ray_data["streams"]) == 4

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from steadystream._exceptions import InputError, SteadystreamError
 from steadystream.bench.verdict import load_run
-from steadystream.engine_metrics import SIDECAR_SUFFIX
+from steadystream.engine_metrics import is_engine_metrics
 from steadystream.files import TIMELINE_SUFFIXES, PathLike
 from steadystream.metrics import MetricConfig, StreamTable, stream_table
 
@@ -47,37 +47,67 @@ class RunTables:
     def notes(self) -> list[str]:
         return [f.note for f in self.files if f.note is not None]
 
+    def file_numbers(self) -> list[int]:
+        """Each row's file, by its place among ``files`` (for ``one_view_per_stream``)."""
+        return [n for n, f in enumerate(self.files) for _ in range(len(f.table))]
 
-def timeline_files(paths: Sequence[PathLike]) -> list[Path]:
+
+def timeline_files(paths: Sequence[PathLike], notes: list[str] | None = None) -> list[Path]:
     """The timeline files named, a folder standing for the timeline files under it.
 
     A folder is searched recursively and its files taken in name order, so that a rerun
-    merges them the same way (engine metrics scraped beside a run are not timelines); a file
-    named outright is taken whatever its suffix (reading it says if the suffix is wrong). A
-    folder with no timeline file is an error, not an empty fleet.
+    merges them the same way (engine metrics scraped beside a run or by the gateway are not
+    timelines, nor is anything but a regular file); a file named outright is taken whatever
+    its suffix (reading it says if the suffix is wrong), but it must be a regular file: a
+    pipe or a device would be waited on forever. A folder with no timeline file is an error,
+    not an empty fleet. A file reached twice (named twice, by another spelling, through a
+    link, or inside a folder also named) is taken once, at its first place, so that no
+    stream counts twice; ``notes`` gets a line saying so, and one for what a folder held
+    that was not a regular file.
     """
     found: list[Path] = []
+    seen: set[Path] = set()
+    repeats = 0
+    irregular = 0
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            # The engine metrics bench scraped beside a run end in .jsonl too; not a timeline.
-            inside = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and p.name.endswith(TIMELINE_SUFFIXES)
-                and not p.name.endswith(SIDECAR_SUFFIX)
-            )
+            inside = []
+            for p in sorted(path.rglob("*")):
+                if not p.name.endswith(TIMELINE_SUFFIXES) or is_engine_metrics(p.name):
+                    continue
+                if p.is_file():
+                    inside.append(p)
+                elif p.exists() and not p.is_dir():
+                    irregular += 1
             if not inside:
                 raise InputError(
                     f"{path}: no timeline files in this folder"
                     f" (looked for {', '.join(TIMELINE_SUFFIXES)})"
                 )
-            found.extend(inside)
+        elif path.is_file():
+            inside = [path]
         elif path.exists():
-            found.append(path)
+            raise InputError(f"{path}: not a regular file or a folder")
         else:
             raise InputError(f"{path}: no such file or folder")
+        for p in inside:
+            real = p.resolve()
+            if real in seen:
+                repeats += 1
+            else:
+                seen.add(real)
+                found.append(p)
+    if notes is not None and repeats == 1:
+        notes.append("1 file named twice was read once")
+    elif notes is not None and repeats:
+        notes.append(f"{repeats} names of files already named were skipped: each is read once")
+    if notes is not None and irregular:
+        notes.append(
+            f"{irregular} {'entry' if irregular == 1 else 'entries'} in the folders named"
+            " with a timeline suffix but not a regular file (a pipe, a socket, a device)"
+            f" {'was' if irregular == 1 else 'were'} skipped"
+        )
     return found
 
 

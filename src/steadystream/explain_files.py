@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,12 @@ from steadystream.attribution.explain import (
     attribute_stalls,
     check_threshold,
 )
-from steadystream.attribution.streams import StreamView, group_views, outer_ranks
+from steadystream.attribution.streams import (
+    StreamView,
+    group_views,
+    outer_ranks,
+    stream_numbers,
+)
 from steadystream.bench.summary import has_stall
 from steadystream.bench.verdict import load_run
 from steadystream.metrics import MetricConfig, StreamTable, stream_table
@@ -73,6 +79,7 @@ class _FileHead:
 
     path: str
     ids: list[str]
+    wheres: list[str]
     ranks: list[int]
     glass: int  # glass timelines (a page's painted edge)
     table: FileTable | None
@@ -118,14 +125,15 @@ def explain_files(
                 )
                 return FilesExplained(None, tables, notes)
         offsets = np.cumsum([0, *(len(head.ids) for head in heads)])[:-1].tolist()
+        streams = _file_streams(heads)
         outer = outer_ranks(
-            [i for head in heads for i in head.ids], [r for head in heads for r in head.ranks]
+            [s for part in streams for s in part], [r for head in heads for r in head.ranks]
         )
         parts = ray.get([ref[2] for ref in refs])
         fleet = StreamClocks.concat(
             [
-                part.select(_subject_mask(head, outer), shift=offset)
-                for head, part, offset in zip(heads, parts, offsets, strict=True)
+                part.select(_subject_mask(head, numbers, outer), shift=offset)
+                for head, numbers, part, offset in zip(heads, streams, parts, offsets, strict=True)
             ]
         )
         del parts
@@ -138,6 +146,7 @@ def explain_files(
                     engine_ref,
                     clocks_ref,
                     [offsets[f] for f in group],
+                    [streams[f] for f in group],
                     *(refs[f][1] for f in group),
                 )
                 for group in _groups(heads)
@@ -172,6 +181,7 @@ def _read_file(
     head = _FileHead(
         path=os.fspath(path),
         ids=[view.stream_id for view in views],
+        wheres=[view.where.value for view in views],
         ranks=[view.rank for view in views],
         glass=sum(1 for view in views if view.where is Where.GLASS),
         table=table,
@@ -185,29 +195,43 @@ def _attribute_group(
     engine: EngineSamples | None,
     fleet: StreamClocks,
     offsets: list[int],
+    streams: list[list[int]],
     *files: list[StreamView],
 ) -> tuple[list[tuple[int, AttributedStall]], StreamsSeen]:
     """Round two, in a Ray task: the stalls of a group of files (every view of their ids),
     each tagged with its stream's place among all the files' timelines."""
     views = [
-        replace(view, index=view.index + offset)
-        for offset, part in zip(offsets, files, strict=True)
-        for view in part
+        replace(view, index=view.index + offset, stream=stream)
+        for offset, numbers, part in zip(offsets, streams, files, strict=True)
+        for view, stream in zip(part, numbers, strict=True)
     ]
-    subjects, by_id = group_views(views)
+    subjects, by_stream = group_views(views)
     neighbours = Neighbours(fleet)
     tagged = [
         (subject.index, stall)
         for subject in subjects
-        for stall in attribute_stalls([subject], by_id, neighbours, engine, stall_threshold_ns)
+        for stall in attribute_stalls([subject], by_stream, neighbours, engine, stall_threshold_ns)
     ]
     return tagged, StreamsSeen.of(subjects, views)
 
 
-def _subject_mask(head: _FileHead, outer: dict[str, int]) -> npt.NDArray[np.bool_]:
-    """Which of a file's views are subjects: at their id's vantage point nearest the reader."""
+def _file_streams(heads: Sequence[_FileHead]) -> list[list[int]]:
+    """Each file's views' stream numbers among all the files' (see ``stream_numbers``)."""
+    numbers = stream_numbers(
+        [i for head in heads for i in head.ids],
+        [w for head in heads for w in head.wheres],
+        [f for f, head in enumerate(heads) for _ in head.ids],
+    )
+    starts = np.cumsum([0, *(len(head.ids) for head in heads)]).tolist()
+    return [numbers[a:b] for a, b in pairwise(starts)]
+
+
+def _subject_mask(
+    head: _FileHead, streams: Sequence[int], outer: dict[int, int]
+) -> npt.NDArray[np.bool_]:
+    """Which of a file's views are subjects: at their stream's vantage point nearest the reader."""
     return np.array(
-        [rank == outer[i] for i, rank in zip(head.ids, head.ranks, strict=True)], dtype=np.bool_
+        [rank == outer[s] for s, rank in zip(streams, head.ranks, strict=True)], dtype=np.bool_
     )
 
 

@@ -54,9 +54,13 @@ def find(
     fleet: FleetMetrics,
     config: MetricConfig,
     explanation: Explanation | None = None,
+    *,
+    edges: StreamTable | None = None,
 ) -> list[Finding]:
     """Findings for a run, most important first; with an ``explanation`` (attribution of
-    its stalls), the cause of most stall time and what to do about it comes first."""
+    its stalls), the cause of most stall time and what to do about it comes first.
+    ``edges`` is the run with every vantage point of its streams, where ``table`` holds one
+    per stream (a proxy's buffering shows against the stream's edge nearer the engine)."""
     found: list[Finding] = []
     if len(table) == 0:
         return found
@@ -125,7 +129,7 @@ def find(
                 bursty,
             )
         )
-    buffering = _proxy_buffering(table)
+    buffering = _proxy_buffering(table if edges is None else edges)
     if buffering is not None:
         found.insert(0, buffering)
     sources = Counter(table.token_sources)

@@ -8,7 +8,12 @@ import pytest
 from steadystream import Timeline, Where
 from steadystream.attribution.clocks import StreamClocks
 from steadystream.attribution.evidence import Neighbours
-from steadystream.attribution.streams import StreamView, outer_ranks, subjects_and_edges
+from steadystream.attribution.streams import (
+    StreamView,
+    outer_ranks,
+    stream_numbers,
+    subjects_and_edges,
+)
 
 from .conftest import cadence, stream
 
@@ -33,13 +38,20 @@ def files() -> list[list[Timeline]]:
 
 def merged(parts: list[list[Timeline]]) -> StreamClocks:
     """As explain --ray merges them: each file's views, its subjects' rows, shifted."""
-    views = [[StreamView.of(i, t) for i, t in enumerate(part)] for part in parts]
+    numbers = iter(
+        stream_numbers(
+            [t.stream_id for part in parts for t in part],
+            [t.where.value for part in parts for t in part],
+            [f for f, part in enumerate(parts) for _ in part],
+        )
+    )
+    views = [[StreamView.of(i, t, next(numbers)) for i, t in enumerate(part)] for part in parts]
     outer = outer_ranks(
-        [v.stream_id for part in views for v in part], [v.rank for part in views for v in part]
+        [v.stream for part in views for v in part], [v.rank for part in views for v in part]
     )
     shift, pieces = 0, []
     for part in views:
-        keep = np.array([v.rank == outer[v.stream_id] for v in part], dtype=np.bool_)
+        keep = np.array([v.rank == outer[v.stream] for v in part], dtype=np.bool_)
         pieces.append(StreamClocks.of(part).select(keep, shift=shift))
         shift += len(part)
     return StreamClocks.concat(pieces)

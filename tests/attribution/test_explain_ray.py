@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from steadystream import Timeline, TimelineFormatError, Where
 from steadystream.attribution import explain, score
-from steadystream.attribution.streams import outer_ranks
+from steadystream.attribution.streams import outer_ranks, stream_numbers
 from steadystream.bench.verdict import load_runs
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA, sidecar_path
@@ -190,8 +190,9 @@ def test_the_rounds_run_in_this_process_too(tmp_path: Path) -> None:
     assert head.table is not None
     assert head.ids == ["a", "d", "e"]
     # as if ten timelines of other files came before it
-    fleet = clocks.select(_subject_mask(head, outer_ranks(head.ids, head.ranks)), shift=10)
-    tagged, seen = _attribute_group(THRESHOLD_NS, None, fleet, [10], views)
+    numbers = stream_numbers(head.ids, head.wheres, [0] * len(head.ids))
+    fleet = clocks.select(_subject_mask(head, numbers, outer_ranks(numbers, head.ranks)), shift=10)
+    tagged, seen = _attribute_group(THRESHOLD_NS, None, fleet, [10], [numbers], views)
     here = explain(load_runs([paths[1]])[0], stall_threshold_ns=THRESHOLD_NS)
     assert [stall for _, stall in tagged] == here.stalls
     assert [index for index, _ in tagged] == [11, 12]  # shifted by the file's offset

@@ -38,6 +38,7 @@ DEFAULT_STALL_THRESHOLD_NS = 400_000_000
 class AttributedStall:
     """One stall and its cause. Times are ns from the stream's own start."""
 
+    stream: int  # which stream of the run (two runs may reuse a stream id): stream_numbers
     stream_id: str
     where: Where
     event_index: int  # the event that ends the gap, among its timeline's events
@@ -166,12 +167,17 @@ def explain(
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS,
     engine: EngineSamples | None = None,
     worst: int = 10,
+    files: Sequence[int] | None = None,
 ) -> Explanation:
-    """Attribute every stall of ``timelines`` (see the module docstring)."""
+    """Attribute every stall of ``timelines`` (see the module docstring). ``files`` is the
+    file each timeline came from, where they came from several: an id reused by another file
+    at the same vantage point is another stream (:func:`~.streams.stream_numbers`)."""
     check_threshold(stall_threshold_ns)
-    subjects, by_id = subjects_and_edges(timelines)
-    stalls = attribute_stalls(subjects, by_id, Neighbours.of(subjects), engine, stall_threshold_ns)
-    seen = StreamsSeen.of(subjects, (v for group in by_id.values() for v in group))
+    subjects, by_stream = subjects_and_edges(timelines, files)
+    stalls = attribute_stalls(
+        subjects, by_stream, Neighbours.of(subjects), engine, stall_threshold_ns
+    )
+    seen = StreamsSeen.of(subjects, (v for group in by_stream.values() for v in group))
     return assemble(stalls, seen, engine, stall_threshold_ns, worst)
 
 
@@ -182,24 +188,25 @@ def check_threshold(stall_threshold_ns: int) -> None:
 
 def attribute_stalls(
     subjects: Sequence[StreamView],
-    by_id: Mapping[str, Sequence[StreamView]],
+    by_stream: Mapping[int, Sequence[StreamView]],
     neighbours: Neighbours,
     engine: EngineSamples | None,
     stall_threshold_ns: int,
 ) -> list[AttributedStall]:
     """Every stall of ``subjects``, in their order, and its cause.
 
-    ``by_id`` holds every view of each subject's id; ``neighbours`` every subject stream of
+    ``by_stream`` holds every view of each subject's stream; ``neighbours`` every subject stream of
     the run, which may be more than ``subjects`` (a part of the run explained apart).
     """
     stalls: list[AttributedStall] = []
     for stream in subjects:
-        edges = by_id[stream.stream_id]
+        edges = by_stream[stream.stream]
         for site in find_stalls(stream, stall_threshold_ns):
             verdict = decide(gather(site, neighbours, edges, engine))
             wall = stream.wall(site.start_ns)
             stalls.append(
                 AttributedStall(
+                    stream=stream.stream,
                     stream_id=stream.stream_id,
                     where=stream.where,
                     event_index=site.event_index,
@@ -250,15 +257,18 @@ def _by_cause(stalls: Sequence[AttributedStall]) -> list[CauseShare]:
 
 
 def _most_hurt(stalls: Sequence[AttributedStall], worst: int) -> list[HurtStream]:
-    per_stream: dict[str, dict[str, float]] = {}
-    counts: dict[str, int] = {}
+    # By stream, not by id: two runs that reuse an id are two streams, listed apart.
+    per_stream: dict[int, dict[str, float]] = {}
+    counts: dict[int, int] = {}
+    ids: dict[int, str] = {}
     for stall in stalls:
-        causes = per_stream.setdefault(stall.stream_id, {})
+        causes = per_stream.setdefault(stall.stream, {})
         causes[stall.cause] = causes.get(stall.cause, 0.0) + stall.duration_s
-        counts[stall.stream_id] = counts.get(stall.stream_id, 0) + 1
+        counts[stall.stream] = counts.get(stall.stream, 0) + 1
+        ids[stall.stream] = stall.stream_id
     hurt = [
-        HurtStream(sid, counts[sid], sum(causes.values()), max(causes, key=causes.__getitem__))
-        for sid, causes in per_stream.items()
+        HurtStream(ids[s], counts[s], sum(causes.values()), max(causes, key=causes.__getitem__))
+        for s, causes in per_stream.items()
     ]
     hurt.sort(key=lambda stream: (-stream.time_s, stream.stream_id))
     return hurt[:worst]

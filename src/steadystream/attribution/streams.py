@@ -5,6 +5,12 @@ the threshold, or a wait for the first one above it (the place says a lot: befor
 token, a pause is queueing or a held head). Each stream id may be recorded at several
 vantage points; the one nearest the reader is the subject (what the user saw), the others
 are evidence about where on the path a gap appeared.
+
+Which timelines are the same stream (:func:`stream_numbers`): those of one id in one file, and
+those of one id at different vantage points across files (a client's file and a gateway's).
+An id that comes back at a vantage point in a later file is another stream (a rerun, or
+another run that reuses its ids): it joins the other vantage points' timelines of the id that
+are as many files in, so two runs given one after the other, each with its edges, pair up.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ __all__ = [
     "group_views",
     "outer_ranks",
     "silent_between",
+    "stream_numbers",
     "subjects_and_edges",
+    "vantage_rank",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -40,6 +48,7 @@ EDGE_RANK = {
     Where.CLIENT: 3,
 }
 """Vantage points from the engine outwards."""
+_RANK_BY_NAME = {where.value: rank for where, rank in EDGE_RANK.items()}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,6 +56,7 @@ class StreamView:
     """One timeline's text events, with what the rules ask of a stream."""
 
     index: int  # position in the input
+    stream: int  # which stream it is (its other vantage points share it): stream_numbers
     stream_id: str
     where: Where
     event_index: IntArray  # each text event's index among all the timeline's events
@@ -58,13 +68,14 @@ class StreamView:
     token_source: TokenSource
 
     @classmethod
-    def of(cls, index: int, timeline: Timeline) -> StreamView:
+    def of(cls, index: int, timeline: Timeline, stream: int = 0) -> StreamView:
         mask = timeline.text_mask
         positions = np.flatnonzero(mask).astype(np.int64)
         times = timeline.times[mask].astype(np.int64)
         tokens = int(timeline.tokens[mask].sum())
         return cls(
             index=index,
+            stream=stream,
             stream_id=timeline.stream_id,
             where=timeline.where,
             event_index=positions,
@@ -78,7 +89,7 @@ class StreamView:
 
     @property
     def rank(self) -> int:
-        return EDGE_RANK.get(self.where, len(EDGE_RANK))
+        return vantage_rank(self.where)
 
     def wall(self, offset_ns: int) -> int | None:
         return None if self.wall0_ns is None else self.wall0_ns + offset_ns
@@ -125,34 +136,68 @@ class StallSite:
 
 
 def subjects_and_edges(
-    timelines: Sequence[Timeline],
-) -> tuple[list[StreamView], dict[str, list[StreamView]]]:
-    """The subject of each stream id (its vantage point nearest the reader), and every view
-    of each id, engine side first. Two timelines of one id at one vantage point (a rerun)
-    are both subjects: nothing joins them but their id."""
-    return group_views([StreamView.of(i, timeline) for i, timeline in enumerate(timelines)])
+    timelines: Sequence[Timeline], files: Sequence[int] | None = None
+) -> tuple[list[StreamView], dict[int, list[StreamView]]]:
+    """The subject of each stream (its vantage point nearest the reader), and every view of
+    each stream, engine side first, by stream number. ``files`` is the file each timeline came
+    from (all from one without it): see :func:`stream_numbers`. Two timelines of one stream
+    at one vantage point (a rerun within a file) are both subjects."""
+    streams = stream_numbers(
+        [t.stream_id for t in timelines],
+        [t.where.value for t in timelines],
+        files if files is not None else [0] * len(timelines),
+    )
+    return group_views(
+        [StreamView.of(i, t, s) for i, (t, s) in enumerate(zip(timelines, streams, strict=True))]
+    )
 
 
 def group_views(
     views: Sequence[StreamView],
-) -> tuple[list[StreamView], dict[str, list[StreamView]]]:
+) -> tuple[list[StreamView], dict[int, list[StreamView]]]:
     """:func:`subjects_and_edges` of views already made, in the order of their ``index``."""
-    by_id: dict[str, list[StreamView]] = {}
+    by_stream: dict[int, list[StreamView]] = {}
     for view in views:
-        by_id.setdefault(view.stream_id, []).append(view)
-    for group in by_id.values():
+        by_stream.setdefault(view.stream, []).append(view)
+    for group in by_stream.values():
         group.sort(key=lambda view: view.rank)
-    outer = outer_ranks([view.stream_id for view in views], [view.rank for view in views])
-    subjects = [view for view in views if view.rank == outer[view.stream_id]]
-    return subjects, by_id
+    outer = outer_ranks([view.stream for view in views], [view.rank for view in views])
+    subjects = [view for view in views if view.rank == outer[view.stream]]
+    return subjects, by_stream
 
 
-def outer_ranks(ids: Iterable[str], ranks: Iterable[int]) -> dict[str, int]:
-    """Each stream id's vantage point nearest the reader: the rank its subjects have."""
-    outer: dict[str, int] = {}
-    for stream_id, rank in zip(ids, ranks, strict=True):
-        if rank > outer.get(stream_id, -1):
-            outer[stream_id] = rank
+def stream_numbers(ids: Sequence[str], wheres: Sequence[str], files: Sequence[int]) -> list[int]:
+    """Which stream each timeline is, numbered in order of first sight.
+
+    Timelines of one id are one stream when they are in the same file (``files``: each
+    timeline's file, in the order given), or at different vantage points. Where an id comes
+    back at a vantage point in a later file, that is the id's next stream: the k-th file to
+    hold an id at one vantage point joins the k-th to hold it at each other.
+    """
+    last_file: dict[tuple[str, str], int] = {}
+    repeat: dict[tuple[str, str], int] = {}
+    numbers: dict[tuple[str, int], int] = {}
+    streams = []
+    for stream_id, where, file in zip(ids, wheres, files, strict=True):
+        seen = (stream_id, where)
+        if seen in last_file and last_file[seen] != file:
+            repeat[seen] = repeat.get(seen, 0) + 1
+        last_file[seen] = file
+        streams.append(numbers.setdefault((stream_id, repeat.get(seen, 0)), len(numbers)))
+    return streams
+
+
+def vantage_rank(where: str) -> int:
+    """A vantage point's place from the engine outwards (past the known ones: outermost)."""
+    return _RANK_BY_NAME.get(where, len(EDGE_RANK))
+
+
+def outer_ranks(streams: Iterable[int], ranks: Iterable[int]) -> dict[int, int]:
+    """Each stream's vantage point nearest the reader: the rank its subjects have."""
+    outer: dict[int, int] = {}
+    for stream, rank in zip(streams, ranks, strict=True):
+        if rank > outer.get(stream, -1):
+            outer[stream] = rank
     return outer
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from steadystream.attribution import EngineSamples, Explanation, explain
+from steadystream.attribution.streams import outer_ranks, stream_numbers, vantage_rank
 from steadystream.bench.health import token_notes
 from steadystream.bench.runner import RunResult
 from steadystream.findings import Finding, find
@@ -28,7 +29,14 @@ from steadystream.metrics import (
 )
 from steadystream.timeline import Timeline
 
-__all__ = ["Summary", "has_stall", "run_notes", "summarise", "summarise_table"]
+__all__ = [
+    "Summary",
+    "has_stall",
+    "one_view_per_stream",
+    "run_notes",
+    "summarise",
+    "summarise_table",
+]
 
 
 @dataclass
@@ -53,24 +61,32 @@ def summarise(
     by: str | None = None,
     worst: int = 10,
     engine: EngineSamples | None = None,
+    files: Sequence[int] | None = None,
 ) -> Summary:
     """Summarise ``timelines``; with ``by``, also per value of that label. Stalls are
     attributed to causes (with ``engine``, the engine metrics scraped during the run).
+    ``files`` is the file each timeline came from, where they came from several (see
+    :func:`one_view_per_stream`).
 
     A run with glass timelines is summarised by its glass edge (what was painted), with the
     page's two edges compared in ``edges`` (:mod:`steadystream.glass.edges`).
     """
     edges = compare_edges(timelines, config)
-    timelines, view_note = rendered_view(timelines)
-    table = stream_table(timelines, config)
+    shown, view_note = rendered_view(timelines)
+    if view_note:
+        files = None  # the glass edge alone: one vantage point, nothing to choose
+    table = stream_table(shown, config)
     # Attribution is the costly part of a large run's summary: only when there is a stall.
     explanation = (
-        explain(timelines, stall_threshold_ns=config.stall_threshold_ns, engine=engine)
+        explain(shown, stall_threshold_ns=config.stall_threshold_ns, engine=engine, files=files)
         if has_stall(table, config)
         else None
     )
-    summary = summarise_table(table, config, by=by, worst=worst, explanation=explanation)
-    summary.notes = [view_note] if view_note else []
+    summary = summarise_table(
+        table, config, by=by, worst=worst, explanation=explanation, files=files
+    )
+    if view_note:
+        summary.notes.insert(0, view_note)
     summary.edges = edges
     return summary
 
@@ -92,9 +108,16 @@ def summarise_table(
     by: str | None = None,
     worst: int = 10,
     explanation: Explanation | None = None,
+    files: Sequence[int] | None = None,
 ) -> Summary:
     """Summarise a run's per-stream table (one file's, or many merged: ``analysis``);
-    ``explanation`` is the stalls' attribution, which needs the timelines themselves."""
+    ``explanation`` is the stalls' attribution, which needs the timelines themselves.
+
+    Streams recorded at several vantage points count once, as ``explain`` sees them
+    (:func:`one_view_per_stream`); their other edges still inform the findings.
+    """
+    everything = table
+    table, view_note = one_view_per_stream(table, files)
     fleet = fleet_metrics(table, config)
     groups: dict[str, FleetMetrics] = {}
     if by is not None:
@@ -108,8 +131,42 @@ def summarise_table(
         groups=groups,
         by=by,
         worst=[table.row(i) for i in worst_streams(table, worst)],
-        findings=find(table, fleet, config, explanation),
+        findings=find(table, fleet, config, explanation, edges=everything),
         explanation=explanation if explanation is not None and explanation.stalls else None,
+        notes=[view_note] if view_note else [],
+    )
+
+
+def one_view_per_stream(
+    table: StreamTable, files: Sequence[int] | None = None
+) -> tuple[StreamTable, str | None]:
+    """The rows of each stream at its vantage point nearest the reader, and a note saying so.
+
+    A stream recorded at several vantage points (a gateway's two edges, a client beside
+    them) would count once per edge; like ``explain``, the fleet takes the one nearest the
+    reader (the subject, :func:`~steadystream.attribution.streams.group_views`). ``files`` is
+    each row's file (all one without it), which tells two runs that reuse an id apart
+    (:func:`~steadystream.attribution.streams.stream_numbers`). A stream seen at one vantage
+    point only is kept, wherever it was seen.
+    """
+    streams = stream_numbers(
+        table.stream_ids, table.wheres, files if files is not None else [0] * len(table)
+    )
+    ranks = [vantage_rank(where) for where in table.wheres]
+    outer = outer_ranks(streams, ranks)
+    kept = [i for i, (s, rank) in enumerate(zip(streams, ranks, strict=True)) if rank == outer[s]]
+    if len(kept) == len(table):
+        return table, None
+    kept_set = set(kept)
+    left: dict[str, int] = {}
+    for i, where in enumerate(table.wheres):
+        if i not in kept_set:
+            left[where] = left.get(where, 0) + 1
+    seen_at = sorted({table.wheres[i] for i in kept})
+    left_out = ", ".join(f"{count:,} {where}" for where, count in sorted(left.items()))
+    return table.take(kept), (
+        f"{len(kept):,} streams as the {' and '.join(seen_at)} saw them; {left_out}"
+        " timelines of the same streams left out"
     )
 
 

@@ -18,7 +18,7 @@ from steadystream.bench.health import LAGGED_SHARE_LIMIT, lagged_streams
 from steadystream.metrics import MetricConfig, fleet_metrics
 from steadystream.timeline import Timeline
 
-__all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_run", "load_runs"]
+__all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_files", "load_run", "load_runs"]
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,19 @@ def load_run(path: Path, *, required: bool = True) -> LoadedRun:
 
 def load_runs(paths: Sequence[Path]) -> tuple[list[Timeline], list[str]]:
     """Several files read as one run (``analyze``, ``report``): every stream, and the notes."""
+    timelines, _, notes = load_files(paths)
+    return timelines, notes
+
+
+def load_files(paths: Sequence[Path]) -> tuple[list[Timeline], list[int], list[str]]:
+    """:func:`load_runs`, with the file each stream came from (its place in ``paths``):
+    two files that reuse a stream id hold two streams (``stream_numbers``)."""
     runs = [load_run(path, required=False) for path in paths]
-    return [t for run in runs for t in run.timelines], [run.note for run in runs if run.note]
+    return (
+        [t for run in runs for t in run.timelines],
+        [f for f, run in enumerate(runs) for _ in run.timelines],
+        [run.note for run in runs if run.note],
+    )
 
 
 @dataclass(frozen=True)

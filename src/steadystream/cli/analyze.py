@@ -59,7 +59,7 @@ def analyze(
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
     from steadystream.analysis import timeline_files
     from steadystream.bench.summary import summarise, summarise_table
-    from steadystream.bench.verdict import load_runs
+    from steadystream.bench.verdict import load_files
     from steadystream.cli import _render
     from steadystream.cli._inputs import read_engine_beside
     from steadystream.metrics import LABEL_DIMENSIONS
@@ -77,7 +77,8 @@ def analyze(
         fluidity_form=fluidity_form,
     )
     with exit_on_error():
-        paths = timeline_files(files)
+        path_notes: list[str] = []
+        paths = timeline_files(files, path_notes)
         if ray or ray_address is not None:
             from steadystream.explain_files import explain_files
 
@@ -94,14 +95,19 @@ def analyze(
             )
             assert on_ray.tables is not None  # asked for with config
             summary = summarise_table(
-                on_ray.tables.table, config, by=by, worst=worst, explanation=on_ray.explanation
+                on_ray.tables.table,
+                config,
+                by=by,
+                worst=worst,
+                explanation=on_ray.explanation,
+                files=on_ray.tables.file_numbers(),
             )
             notes = on_ray.notes + engine_notes
         else:
-            timelines, notes = load_runs(paths)
+            timelines, numbers, notes = load_files(paths)
             engine = read_engine_beside(paths, None, notes)
-            summary = summarise(timelines, config, by=by, worst=worst, engine=engine)
-    summary.notes[:0] = notes
+            summary = summarise(timelines, config, by=by, worst=worst, engine=engine, files=numbers)
+    summary.notes[:0] = path_notes + notes
     if len(paths) > 1:
         summary.notes.append(f"{len(paths)} files, {summary.fleet.streams} streams merged")
     if json_output:

@@ -51,7 +51,7 @@ def explain(
     from steadystream.analysis import timeline_files
     from steadystream.attribution import explain as attribute
     from steadystream.attribution import score
-    from steadystream.bench.verdict import load_runs
+    from steadystream.bench.verdict import load_files, load_runs
     from steadystream.cli import _explain_view
     from steadystream.cli._inputs import read_engine_beside
 
@@ -59,7 +59,8 @@ def explain(
     if stalls < 0 or worst < 0:
         raise typer.BadParameter("must be 0 or more", param_hint="--stalls/--worst")
     with exit_on_error():
-        paths = timeline_files(files)
+        path_notes: list[str] = []
+        paths = timeline_files(files, path_notes)
         if ray or ray_address is not None:
             from steadystream.explain_files import explain_files
 
@@ -69,12 +70,13 @@ def explain(
                 paths, stall_threshold_ns=threshold, engine=engine, worst=worst, address=ray_address
             )
             assert on_ray.explanation is not None  # asked without a table: always explained
-            explanation, notes = on_ray.explanation, on_ray.notes + engine_notes
+            explanation, notes = on_ray.explanation, path_notes + on_ray.notes + engine_notes
         else:
-            timelines, notes = load_runs(paths)
+            timelines, numbers, notes = load_files(paths)
+            notes[:0] = path_notes
             engine = read_engine_beside(paths, engine_metrics, notes)
             explanation = attribute(
-                timelines, stall_threshold_ns=threshold, engine=engine, worst=worst
+                timelines, stall_threshold_ns=threshold, engine=engine, worst=worst, files=numbers
             )
         scored = None
         if truth:
