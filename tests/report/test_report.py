@@ -191,3 +191,22 @@ def test_public_names_exist() -> None:
 
     assert all(hasattr(package, name) for name in package.__all__)
     assert package.__all__ == sorted(package.__all__)
+
+
+def test_a_gateway_recording_is_reported_once_per_request() -> None:
+    # Both edges of each request (and one request seen upstream only): the cards count
+    # requests, as analyze and explain do, and say which vantage point they show.
+    from steadystream import Where
+
+    up, down = Where.GATEWAY_UPSTREAM, Where.GATEWAY_DOWNSTREAM
+    run = [
+        make_timeline([20.0] * 30, stream_id=name, where=where)
+        for name in ("a", "b", "c")
+        for where in (up, down)
+    ]
+    run.append(make_timeline([20.0] * 30, stream_id="d", where=up))
+    report = build_report(run, baseline=run[:4])
+    assert report.fleet.streams == 4
+    assert report.baseline is not None
+    assert report.baseline.streams == 2
+    assert any("gateway-downstream" in line and "left out" in line for line in report.run)

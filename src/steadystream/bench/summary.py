@@ -33,6 +33,7 @@ __all__ = [
     "Summary",
     "has_stall",
     "one_view_per_stream",
+    "one_view_rows",
     "run_notes",
     "summarise",
     "summarise_table",
@@ -149,12 +150,7 @@ def one_view_per_stream(
     (:func:`~steadystream.attribution.streams.stream_numbers`). A stream seen at one vantage
     point only is kept, wherever it was seen.
     """
-    streams = stream_numbers(
-        table.stream_ids, table.wheres, files if files is not None else [0] * len(table)
-    )
-    ranks = [vantage_rank(where) for where in table.wheres]
-    outer = outer_ranks(streams, ranks)
-    kept = [i for i, (s, rank) in enumerate(zip(streams, ranks, strict=True)) if rank == outer[s]]
+    kept = one_view_rows(table.stream_ids, table.wheres, files)
     if len(kept) == len(table):
         return table, None
     kept_set = set(kept)
@@ -168,6 +164,18 @@ def one_view_per_stream(
         f"{len(kept):,} streams as the {' and '.join(seen_at)} saw them; {left_out}"
         " timelines of the same streams left out"
     )
+
+
+def one_view_rows(
+    stream_ids: Sequence[str], wheres: Sequence[str], files: Sequence[int] | None = None
+) -> list[int]:
+    """Which rows (or timelines) :func:`one_view_per_stream` keeps, in their order."""
+    streams = stream_numbers(
+        stream_ids, wheres, files if files is not None else [0] * len(stream_ids)
+    )
+    ranks = [vantage_rank(where) for where in wheres]
+    outer = outer_ranks(streams, ranks)
+    return [i for i, (s, rank) in enumerate(zip(streams, ranks, strict=True)) if rank == outer[s]]
 
 
 def run_notes(result: RunResult) -> list[str]:

@@ -214,6 +214,8 @@ class GatewayMetrics:
             else:
                 work = functools.partial(generate_latest, self.view())
             rendering = self._rendering = asyncio.ensure_future(asyncio.to_thread(work))
+            # (Every scrape waiting for it may have gone: then nobody reads its error.)
+            rendering.add_done_callback(_retrieved)
         return await asyncio.shield(rendering)
 
     def observe_stream(
@@ -270,6 +272,11 @@ class GatewayMetrics:
             histogram.observe(
                 series, np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
             )
+
+
+def _retrieved(future: asyncio.Future[bytes]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def added_latency_s(upstream: Timeline, downstream: Timeline) -> npt.NDArray[np.float64]:

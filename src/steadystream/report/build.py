@@ -13,6 +13,7 @@ import steadystream.report.charts as charts
 import steadystream.report.data as data
 from steadystream._units import format_duration
 from steadystream.attribution import EngineSamples, Explanation, explain
+from steadystream.bench.summary import one_view_per_stream, one_view_rows
 from steadystream.findings import find
 from steadystream.glass.edges import compare_edges, rendered_view
 from steadystream.metrics import (
@@ -83,14 +84,24 @@ def build_report(
         baseline, _ = rendered_view(baseline)
     if view_note is not None:
         notes = [*notes, f"Note: {view_note}."]
-    table = stream_table(timelines, cfg)
+    # Every vantage point of a stream informs its stalls' causes and the proxy finding; the
+    # cards and charts count each stream once, where it was seen nearest the reader (as
+    # ``analyze`` and ``explain`` do).
+    explanation = explain(timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine)
+    every_view = stream_table(timelines, cfg)
+    table, one_view_note = one_view_per_stream(every_view)
+    if one_view_note is not None:
+        kept = one_view_rows(every_view.stream_ids, every_view.wheres)
+        timelines = [timelines[i] for i in kept]
+        notes = [*notes, f"Note: {one_view_note}."]
     fleet = fleet_metrics(table, cfg)
+    if baseline is not None:
+        baseline = [baseline[i] for i in one_view_rows(*_ids_and_wheres(baseline))]
     base_table = None if baseline is None else stream_table(baseline, cfg)
     base_fleet = None if base_table is None else fleet_metrics(base_table, cfg)
-    explanation = explain(timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine)
     findings = [
         ReportFinding(f.code, f.message, f.streams, FINDING_CHARTS.get(f.code))
-        for f in find(table, fleet, cfg, explanation)
+        for f in find(table, fleet, cfg, explanation, edges=every_view)
     ]
     run = _describe(timelines, fleet, cfg, sources, notes)
     if base_fleet is not None:
@@ -110,6 +121,10 @@ def build_report(
         whatif=None if whatif is None else _whatif_table(whatif),
         edges=None if edges is None else edges_table(edges, base_edges),
     )
+
+
+def _ids_and_wheres(timelines: Sequence[Timeline]) -> tuple[list[str], list[str]]:
+    return [t.stream_id for t in timelines], [t.where.value for t in timelines]
 
 
 def _charts(
