@@ -78,6 +78,17 @@ def test_per_file_tables_merge_to_the_table_of_all_streams(
     assert fleet_metrics(tables.table, CONFIG) == fleet_metrics(everything, CONFIG)
 
 
+def test_a_file_named_twice_is_read_once_and_the_library_says_so(
+    fleet_dir: tuple[Path, list[Timeline]],
+) -> None:
+    folder, _ = fleet_dir
+    once = analyze_files([folder], CONFIG)
+    twice = analyze_files([folder, folder / "a.jsonl"], CONFIG)
+    assert len(twice.table) == len(once.table)
+    assert once.notes() == []
+    assert twice.notes() == ["1 file named twice was read once"]
+
+
 def test_take_picks_rows_and_their_gaps(fleet_dir: tuple[Path, list[Timeline]]) -> None:
     _, everything = fleet_dir
     picked = [7, 3, 100, 3, 55]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from steadystream._exceptions import InputError, SteadystreamError
@@ -43,9 +43,10 @@ class RunTables:
 
     files: list[FileTable]
     table: StreamTable
+    inputs: list[str] = field(default_factory=list)  # notes on the paths named (timeline_files)
 
     def notes(self) -> list[str]:
-        return [f.note for f in self.files if f.note is not None]
+        return self.inputs + [f.note for f in self.files if f.note is not None]
 
     def file_numbers(self) -> list[int]:
         """Each row's file, by its place among ``files`` (for ``one_view_per_stream``)."""
@@ -131,14 +132,15 @@ def analyze_files(
     local Ray sees this machine's files). ``ray_address`` is the cluster to join; without it,
     Ray's own rule applies (``RAY_ADDRESS``, else a local Ray started for this call).
     """
-    files = timeline_files(paths)
+    inputs: list[str] = []
+    files = timeline_files(paths, inputs)
     if ray or ray_address is not None:
         from steadystream import _ray
 
         tables = _ray.map_files(_file_table_or_error, files, config, address=ray_address)
     else:
         tables = [file_table(path, config) for path in files]
-    return RunTables(tables, StreamTable.concat([t.table for t in tables]))
+    return RunTables(tables, StreamTable.concat([t.table for t in tables]), inputs)
 
 
 def _file_table_or_error(path: Path, config: MetricConfig) -> FileTable | SteadystreamError:
