@@ -8,7 +8,12 @@ from pathlib import Path
 
 import orjson
 
-from steadystream.gateway.state import MAX_MODEL_LABEL_CHARS, OTHER_MODEL, ModelLabels
+from steadystream.gateway.state import (
+    MAX_MODEL_LABEL_CHARS,
+    OTHER_MODEL,
+    ModelLabels,
+    start_shared_models,
+)
 
 
 def labelled(labels: ModelLabels, names: list[str]) -> set[str]:
@@ -37,7 +42,7 @@ def test_a_huge_model_name_is_counted_as_other() -> None:
 
 
 def test_workers_share_one_bounded_set_across_reloads(tmp_path: Path) -> None:
-    shared = tmp_path / "models.json"
+    shared = start_shared_models(tmp_path / "models.json")
     first, second = ModelLabels(["configured"], 3), ModelLabels(["configured"], 3)
     first.share(shared)
     second.share(shared)
@@ -60,7 +65,7 @@ def test_workers_share_one_bounded_set_across_reloads(tmp_path: Path) -> None:
 def test_a_name_another_worker_gave_a_label_gets_it_here_at_its_first_stream(
     tmp_path: Path,
 ) -> None:
-    shared = tmp_path / "models.json"
+    shared = start_shared_models(tmp_path / "models.json")
     first, second = ModelLabels([], 10), ModelLabels([], 10)
     first.share(shared)
     second.share(shared)
@@ -70,11 +75,11 @@ def test_a_name_another_worker_gave_a_label_gets_it_here_at_its_first_stream(
     assert second.label("m") == "m"
 
 
-def test_a_locked_or_damaged_file_costs_a_label_never_a_stream(tmp_path: Path) -> None:
-    shared = tmp_path / "models.json"
+def test_a_locked_file_costs_a_label_for_one_stream(tmp_path: Path) -> None:
+    shared = start_shared_models(tmp_path / "models.json")
     labels = ModelLabels([], 10)
     labels.share(shared)
-    holder = os.open(shared, os.O_RDWR)
+    holder = os.open(tmp_path / "models.json.lock", os.O_RDWR)
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)  # another worker, in the middle of its write
         labels.served("m")
@@ -83,7 +88,40 @@ def test_a_locked_or_damaged_file_costs_a_label_never_a_stream(tmp_path: Path) -
         os.close(holder)
     labels.served("m")  # its next stream
     assert labels.label("m") == "m"
-    shared.write_bytes(b'{"not": "a list"}\x00\xff')
-    labels.served("n")
-    assert labels.label("n") == "n"
-    assert orjson.loads(shared.read_bytes()) == ["n"]
+
+
+def test_the_shared_set_never_shrinks_nor_restarts(tmp_path: Path) -> None:
+    shared = start_shared_models(tmp_path / "models.json")
+    first, second = ModelLabels([], 3), ModelLabels([], 3)
+    first.share(shared)
+    second.share(shared)
+    first.served("a")
+    second.served("b")
+    # Replaced by fewer names: the next worker to join writes back what it labels.
+    shared.write_bytes(b'["b"]')
+    first.served("c")
+    assert orjson.loads(shared.read_bytes()) == ["b", "a", "c"]
+    assert {first.label(n) for n in "abcd"} == {"a", "b", "c", OTHER_MODEL}
+    # Damaged or gone: nobody can tell what others labelled, so no new name gets a label
+    # (and nothing is written over it), whatever a worker that starts now knows.
+    for damage in (b'{"not": "a list"}\x00\xff', b"[" + b'"x",' * 100_000 + b'"x"]', None):
+        if damage is None:
+            shared.unlink()
+        else:
+            shared.write_bytes(damage)
+        after_reload = ModelLabels([], 3)
+        after_reload.share(shared)
+        after_reload.served("z")
+        assert after_reload.label("z") == OTHER_MODEL
+        assert (shared.read_bytes() if shared.exists() else None) == damage
+
+
+def test_the_file_is_replaced_whole_never_written_in_place(tmp_path: Path) -> None:
+    shared = start_shared_models(tmp_path / "models.json")
+    before = shared.stat().st_ino
+    labels = ModelLabels([], 3)
+    labels.share(shared)
+    labels.served("a")
+    assert shared.stat().st_ino != before  # a new file: a reader never sees half of one
+    assert orjson.loads(shared.read_bytes()) == ["a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models.json", "models.json.lock"]

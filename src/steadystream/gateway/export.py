@@ -22,6 +22,8 @@ import numpy as np
 import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from steadystream._histogram import FastHistogram, Histograms
 from steadystream.gateway.shared_metrics import SharedMetrics
@@ -185,13 +187,16 @@ class GatewayMetrics:
         ]
 
     def view(self) -> CollectorRegistry:
-        """Every series as of now, in a registry another thread may collect: the histograms
-        copied (they have no lock, and this thread goes on observing), the counters and the
-        gauge themselves (prometheus_client locks each)."""
+        """Every series as of now, in a registry another thread may collect.
+
+        The histograms are copied (a list copy per series), the counters and the gauge
+        collected here (a few series each): a snapshot holds one instant, so no thread that
+        collects it late can write counters older than the histograms beside them, or older
+        than a snapshot written before it.
+        """
         view = CollectorRegistry(auto_describe=False)
         view.register(self._histograms.frozen())
-        for metric in self._locked:
-            view.register(metric)
+        view.register(_Collected([family for m in self._locked for family in m.collect()]))
         return view
 
     def exposition(self) -> bytes:
@@ -272,6 +277,16 @@ class GatewayMetrics:
             histogram.observe(
                 series, np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
             )
+
+
+class _Collected(Collector):
+    """Families collected already, collected again as they were."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
 
 
 def _retrieved(future: asyncio.Future[bytes]) -> None:

@@ -76,6 +76,9 @@ def serve_workers(
             f"and none can be made (set TMPDIR to a writable one): {exc}"
         ) from exc
     try:
+        from steadystream.gateway.state import start_shared_models
+
+        start_shared_models(folder / MODEL_LABELS)
         _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
     finally:
         sock.close()
