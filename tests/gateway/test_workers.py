@@ -384,6 +384,17 @@ def test_one_worker_reports_sighup_instead_of_ending(capfd: pytest.CaptureFixtur
     assert signal.getsignal(signal.SIGHUP) is before
 
 
+def test_one_worker_stops_on_sigterm_with_exit_status_0() -> None:
+    port = free_port()
+    command = steadystream_command(
+        "gateway", "--upstream", "http://127.0.0.1:9/v1", "--port", str(port)
+    )
+    with Child("the gateway", command, health_url=f"http://127.0.0.1:{port}/healthz") as gateway:
+        gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        # uvicorn raises the SIGTERM it caught again once it has stopped: 143 by default
+        assert gateway.process.wait(timeout=30) == 0  # type: ignore[union-attr]
+
+
 def process_ended(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

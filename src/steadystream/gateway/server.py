@@ -21,6 +21,7 @@ import socket
 import sys
 from collections.abc import Callable, Mapping
 from types import FrameType
+from typing import NoReturn
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -102,8 +103,15 @@ def serve(
         serve_workers(config, _listen(config), serve_on, log_level=log_level, reload=reload)
         return
     app = check_startable(config)
-    with _hangup_ignored():
+    with _hangup_ignored(), handling(signal.SIGTERM, _stop_cleanly):
         serve_on(app, config, _listen(config), log_level)
+
+
+def _stop_cleanly(signum: int, frame: FrameType | None) -> NoReturn:
+    """SIGTERM outside uvicorn's own handling: before it starts serving, or given back by
+    it (uvicorn raises the signal it caught again once it has shut down gracefully). The
+    stop was asked for and done: exit 0, as the parent of several workers does, not 143."""
+    raise SystemExit(0)
 
 
 def _listen(config: GatewayConfig) -> socket.socket:
