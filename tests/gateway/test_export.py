@@ -142,19 +142,23 @@ def test_a_scrape_is_rendered_on_a_thread_from_a_copy_taken_on_the_loop(
 
     monkeypatch.setattr(export, "generate_latest", slow)
 
-    async def scrape_while_serving() -> tuple[bytes, bytes, int]:
+    async def scrape_while_serving() -> tuple[bytes, bytes, bytes, int]:
         first = asyncio.ensure_future(metrics.render())
-        second = asyncio.ensure_future(metrics.render())  # while the first is being made
         await asyncio.sleep(0.01)
-        # The loop serves on while the text is made: a stream ends, and is not in this scrape.
+        # The loop serves on while the text is made: a stream ends, and is not in this scrape;
+        # two scrapes that come now must see it (they share the next text, not this one).
         _observed(metrics, 1)
+        second = asyncio.ensure_future(metrics.render())
+        third = asyncio.ensure_future(metrics.render())
+        await asyncio.sleep(0.01)
         release.set()
-        return await first, await second, len(rendered_on)
+        return await first, await second, await third, len(rendered_on)
 
-    first, second, renders = asyncio.run(scrape_while_serving())
-    assert first == second == expected
-    assert renders == 1  # the second scrape got the first one's text
-    assert rendered_on[0] is not threading.main_thread()
+    first, second, third, renders = asyncio.run(scrape_while_serving())
+    assert first == expected
+    assert second == third == metrics.exposition() != first
+    assert renders == 2  # one text at a time: the two later scrapes shared one
+    assert all(thread is not threading.main_thread() for thread in rendered_on[:renders])
     monkeypatch.setattr(export, "generate_latest", real)
     after = samples(metrics)
     assert (

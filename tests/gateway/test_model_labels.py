@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 
-from steadystream.gateway.state import (
+from steadystream.gateway.model_labels import (
     MAX_MODEL_LABEL_CHARS,
     OTHER_MODEL,
     ModelLabels,
@@ -125,3 +126,49 @@ def test_the_file_is_replaced_whole_never_written_in_place(tmp_path: Path) -> No
     assert shared.stat().st_ino != before  # a new file: a reader never sees half of one
     assert orjson.loads(shared.read_bytes()) == ["a"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models.json", "models.json.lock"]
+
+
+def test_names_of_many_bytes_are_read_back_by_every_worker(tmp_path: Path) -> None:
+    shared = start_shared_models(tmp_path / "models.json")
+    names = ["模" * 100, "型" * 100]  # 3 bytes a character, well past 256 bytes a name
+    first, second = ModelLabels([], 2), ModelLabels([], 2)
+    first.share(shared)
+    second.share(shared)
+    first.served(names[0])
+    second.served(names[1])
+    second.served(names[0])
+    later = ModelLabels([], 2)
+    later.share(shared)
+    assert first.label(names[0]) == names[0]
+    for labels in (second, later):
+        assert [labels.label(name) for name in names] == names
+
+
+def test_a_name_gets_its_label_only_once_the_file_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import steadystream.gateway.model_labels as model_labels
+
+    shared = start_shared_models(tmp_path / "models.json")
+    labels = ModelLabels([], 3)
+    labels.share(shared)
+
+    def full_disk(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model_labels, "_replace", full_disk)
+    labels.served("m")
+    assert labels.label("m") == OTHER_MODEL  # else this worker would hold one over the bound
+    monkeypatch.undo()
+    labels.served("m")
+    assert labels.label("m") == "m"
+    assert orjson.loads(shared.read_bytes()) == ["m"]
+
+
+def test_no_room_for_served_models_writes_nothing(tmp_path: Path) -> None:
+    shared = start_shared_models(tmp_path / "models.json")
+    labels = ModelLabels(["configured"], 1)
+    labels.share(shared)
+    labels.served("x")
+    assert labels.label("x") == OTHER_MODEL
+    assert orjson.loads(shared.read_bytes()) == []

@@ -210,3 +210,17 @@ def test_a_gateway_recording_is_reported_once_per_request() -> None:
     assert report.baseline is not None
     assert report.baseline.streams == 2
     assert any("gateway-downstream" in line and "left out" in line for line in report.run)
+
+
+def test_two_files_reusing_an_id_hold_two_streams_in_the_report() -> None:
+    # Two gateway runs that number their streams alike: the first file holds a request's
+    # upstream edge only, the second both edges of its own request of the same id.
+    from steadystream import Where
+
+    up, down = Where.GATEWAY_UPSTREAM, Where.GATEWAY_DOWNSTREAM
+    run = [make_timeline([20.0] * 30, stream_id="RUN-000001", where=w) for w in (up, up, down)]
+    assert build_report(run).fleet.streams == 1  # as one file: one stream, seen thrice
+    assert build_report(run, files=[0, 1, 1]).fleet.streams == 2
+    report = build_report(run, baseline=run, baseline_files=[0, 1, 1])
+    assert report.baseline is not None
+    assert report.baseline.streams == 2

@@ -291,9 +291,12 @@ def test_pieces_on_piece_takes_are_not_handed_on_and_do_not_wake_the_reader(serv
             Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
         )
         taken: list[bytes] = []
+        offered: list[bytes] = []
         wakes = 0
 
         def take(stamp: int, data: bytes) -> bool:
+            assert all(data is not seen for seen in offered), "a read was offered twice"
+            offered.append(data)
             if b"data: 5" in data:
                 return False  # the last: for the reader
             taken.append(data)

@@ -59,7 +59,7 @@ def report(
     fluidity_form: FluidityForm = "documented",
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
-    from steadystream.bench.verdict import load_runs
+    from steadystream.bench.verdict import load_files
     from steadystream.cli._inputs import read_engine_beside
     from steadystream.report import build_report, write_report
 
@@ -74,9 +74,9 @@ def report(
         fluidity_form=fluidity_form,
     )
     with exit_on_error():
-        timelines, notes = load_runs(files)
+        timelines, file_of, notes = load_files(files)
         engine = read_engine_beside(files, None, [])
-        base, base_notes = load_runs(baseline) if baseline else (None, [])
+        base, base_file_of, base_notes = load_files(baseline) if baseline else (None, None, [])
         comparison = None
         if whatif:
             from steadystream.shaping import parse_spec
@@ -94,6 +94,8 @@ def report(
             baseline_sources=[p.name for p in baseline or []],
             notes=notes + base_notes,
             engine=engine,
+            files=file_of,
+            baseline_files=base_file_of,
         )
         size = write_report(built, output)
         typer.echo(

@@ -44,6 +44,7 @@ from steadystream.gateway.config import CorsConfig, GatewayConfig
 from steadystream.gateway.cors import CorsLayer
 from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
 from steadystream.gateway.glass import gateway_glass_routes
+from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
 from steadystream.gateway.relay import StreamRelay
 from steadystream.gateway.requests import (
@@ -56,7 +57,7 @@ from steadystream.gateway.requests import (
 from steadystream.gateway.requests import (
     Route as RouteName,
 )
-from steadystream.gateway.state import GatewayState, ModelLabels
+from steadystream.gateway.state import GatewayState
 from steadystream.gateway.upstream_metrics import scraping_upstreams
 from steadystream.gateway.upstreams import UpstreamPool, open_session
 from steadystream.gateway.whole import WholeRelay

@@ -73,7 +73,11 @@ _BATCH = 32  # finished streams observed together (GatewayMetrics.flush)
 
 
 class GatewayMetrics:
-    """Every gateway series, registered in ``registry`` (never the global one)."""
+    """Every gateway series, registered in ``registry`` (never the global one).
+
+    ``/metrics`` renders these series (:meth:`view`), not whatever else is registered in
+    ``registry``: a copy of them is what another thread can render while the loop serves.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -132,6 +136,8 @@ class GatewayMetrics:
         )
         self._ended: list[tuple[StreamLabels, tuple[Timeline, ...], float]] = []
         self._rendering: asyncio.Future[bytes] | None = None
+        self._renders = 0  # texts started (render)
+        self._rendering_since = 0  # the number of the one being made
         self._histograms = Histograms(
             [
                 self.gap,
@@ -210,18 +216,32 @@ class GatewayMetrics:
 
         With many series (every model label times every bucket) the text takes long enough
         to be a stall of every stream on this loop (hundreds of milliseconds at a hundred
-        models). Scrapes that come while one is being made get its text.
+        models). One text is made at a time; a scrape shares one whose view was taken after
+        it came (so it never misses a stream that ended before it asked), and otherwise
+        waits for the one being made and shares the next.
         """
-        rendering = self._rendering
-        if rendering is None or rendering.done():
-            if self.shared is not None:
-                work = functools.partial(self.shared.exposition, self.shared.snapshot())
-            else:
-                work = functools.partial(generate_latest, self.view())
-            rendering = self._rendering = asyncio.ensure_future(asyncio.to_thread(work))
-            # (Every scrape waiting for it may have gone: then nobody reads its error.)
-            rendering.add_done_callback(_retrieved)
-        return await asyncio.shield(rendering)
+        came = self._renders
+        while True:
+            rendering = self._rendering
+            if rendering is None or rendering.done():
+                rendering = self._start_rendering()
+            elif self._rendering_since <= came:  # its view is older than this scrape
+                await asyncio.wait([rendering])
+                continue
+            return await asyncio.shield(rendering)
+
+    def _start_rendering(self) -> asyncio.Future[bytes]:
+        if self.shared is not None:
+            work = functools.partial(self.shared.exposition, self.shared.snapshot())
+        else:
+            work = functools.partial(generate_latest, self.view())
+        self._renders += 1
+        self._rendering_since = self._renders
+        rendering = self._rendering = asyncio.ensure_future(asyncio.to_thread(work))
+        # If every scrape waiting for it went away before it ended, nobody would read its
+        # error, and asyncio would log it as never retrieved.
+        rendering.add_done_callback(_retrieved)
+        return rendering
 
     def observe_stream(
         self,

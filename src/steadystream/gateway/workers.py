@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steadystream._exceptions import ConfigError, SteadystreamError
 from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.model_labels import MODEL_LABELS, start_shared_models
 from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics, retire
 
 __all__ = ["serve_workers"]
@@ -50,8 +51,6 @@ _PR_SET_PDEATHSIG = 1  # prctl(2)
 _STOP_GRACE_S = 10.0  # uvicorn's graceful shutdown, and then some, before SIGKILL
 _RESTART_EVERY_S = 1.0
 _TICK_S = 0.2
-MODEL_LABELS = "models.json"
-"""The served models with labels of their own, shared by the workers (ModelLabels.share)."""
 
 
 ServeOn = Callable[..., None]
@@ -76,8 +75,6 @@ def serve_workers(
             f"and none can be made (set TMPDIR to a writable one): {exc}"
         ) from exc
     try:
-        from steadystream.gateway.state import start_shared_models
-
         start_shared_models(folder / MODEL_LABELS)
         _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
     finally:

@@ -66,6 +66,8 @@ def build_report(
     baseline_sources: Sequence[str] = (),
     notes: Sequence[str] = (),
     engine: EngineSamples | None = None,
+    files: Sequence[int] | None = None,
+    baseline_files: Sequence[int] | None = None,
 ) -> Report:
     """The report of a run, compared with ``baseline`` when one is given.
 
@@ -75,28 +77,37 @@ def build_report(
     ``sources`` name where the timelines came from (file names) for the run description;
     ``notes`` are added to it as they are (for example, a file's cut-off last line).
     ``engine`` (metrics scraped during the run) sharpens the cause given to each stall.
+    ``files`` (and ``baseline_files``) are the file each timeline came from, where they came
+    from several: two files that reuse a stream id hold two streams
+    (:func:`~steadystream.bench.summary.one_view_per_stream`).
     """
     cfg = config or MetricConfig()
     edges = compare_edges(timelines, cfg)
     base_edges = None if baseline is None else compare_edges(baseline, cfg)
     timelines, view_note = rendered_view(timelines)
-    if baseline is not None:
-        baseline, _ = rendered_view(baseline)
     if view_note is not None:
         notes = [*notes, f"Note: {view_note}."]
+        files = None  # the glass edge alone: one vantage point, nothing to choose
+    if baseline is not None:
+        baseline, base_view_note = rendered_view(baseline)
+        if base_view_note is not None:
+            baseline_files = None
     # Every vantage point of a stream informs its stalls' causes and the proxy finding; the
     # cards and charts count each stream once, where it was seen nearest the reader (as
     # ``analyze`` and ``explain`` do).
-    explanation = explain(timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine)
+    explanation = explain(
+        timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine, files=files
+    )
     every_view = stream_table(timelines, cfg)
-    table, one_view_note = one_view_per_stream(every_view)
+    table, one_view_note = one_view_per_stream(every_view, files)
     if one_view_note is not None:
-        kept = one_view_rows(every_view.stream_ids, every_view.wheres)
+        kept = one_view_rows(every_view.stream_ids, every_view.wheres, files)
         timelines = [timelines[i] for i in kept]
         notes = [*notes, f"Note: {one_view_note}."]
     fleet = fleet_metrics(table, cfg)
     if baseline is not None:
-        baseline = [baseline[i] for i in one_view_rows(*_ids_and_wheres(baseline))]
+        ids, wheres = _ids_and_wheres(baseline)
+        baseline = [baseline[i] for i in one_view_rows(ids, wheres, baseline_files)]
     base_table = None if baseline is None else stream_table(baseline, cfg)
     base_fleet = None if base_table is None else fleet_metrics(base_table, cfg)
     findings = [

@@ -252,11 +252,14 @@ class StampedConnection:
         if (take := self.on_piece) is not None and not self._queued and take(stamp, data):
             self._taken += 1
             return False
+        self._queue(stamp, data)
+        return False
+
+    def _queue(self, stamp: int, data: bytes) -> None:
         self._queued.append((stamp, data))
         self._queued_bytes += len(data)
         if self._queued_bytes > _QUEUE_LIMIT:
             self._stop_reading()
-        return False
 
     async def read_body(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (an error message), then stop."""
@@ -425,6 +428,7 @@ class StampedConnection:
         # methods: both are cycles, which would wait for the garbage collector.
         self._parser = None
         self._sink = None
+        self._queueing = False
         self.on_piece = None
         if self._error is not None:  # raised, its traceback holds frames whose self is this
             self._error.__traceback__ = None
@@ -524,14 +528,12 @@ class StampedConnection:
     def on_body(self, body: bytes) -> None:
         if self._stopped or self._complete:
             return
-        if (
-            self._queueing
-            and (take := self.on_piece) is not None
-            and not self._queued
-            and take(self._stamp, body)
-        ):
-            # (what _enqueue does first, without the call: the express lane's every read)
-            self._taken += 1
+        if self._queueing:  # the sink is _enqueue: inline, for the express lane's every read
+            stamp = self._stamp
+            if (take := self.on_piece) is not None and not self._queued and take(stamp, body):
+                self._taken += 1
+            else:
+                self._queue(stamp, body)  # (offered once: declined, it waits for the reader)
             return
         sink = self._sink
         if sink is None:
