@@ -156,7 +156,7 @@ def test_a_name_gets_its_label_only_once_the_file_holds_it(
     def full_disk(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(model_labels, "_replace", full_disk)
+    monkeypatch.setattr(model_labels, "write_whole", full_disk)
     labels.served("m")
     assert labels.label("m") == OTHER_MODEL  # else this worker would hold one over the bound
     monkeypatch.undo()

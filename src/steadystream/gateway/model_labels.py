@@ -24,6 +24,8 @@ from pathlib import Path
 
 import orjson
 
+from steadystream.gateway.shared_metrics import write_whole
+
 __all__ = [
     "MAX_MODEL_LABEL_CHARS",
     "MODEL_LABELS",
@@ -105,7 +107,7 @@ class ModelLabels:
             if model is not None and model not in grown and len(grown) < self._room:
                 grown.append(model)
             if len(grown) > len(names):
-                _replace(path, orjson.dumps(grown))
+                write_whole(path, orjson.dumps(grown))
         except OSError:
             return  # (nothing given a label that the file does not hold)
         finally:
@@ -125,7 +127,7 @@ class ModelLabels:
 
 def start_shared_models(path: Path) -> Path:
     """Make the empty set of served models the workers share (:meth:`ModelLabels.share`)."""
-    _replace(path, b"[]")
+    write_whole(path, b"[]")
     return path
 
 
@@ -148,13 +150,3 @@ def _read_names(path: Path, limit: int) -> list[str] | None:
     ):
         return None
     return names
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all (a reader sees the old file or the new one)."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(data)
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)

@@ -34,7 +34,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["LIVE_S", "PUBLISH_EVERY_S", "RETIRED", "SharedMetrics", "Snapshot", "retire"]
+__all__ = [
+    "LIVE_S",
+    "PUBLISH_EVERY_S",
+    "RETIRED",
+    "SharedMetrics",
+    "Snapshot",
+    "retire",
+    "write_whole",
+]
 
 PUBLISH_EVERY_S = 1.0
 LIVE_S = 5.0
@@ -87,9 +95,7 @@ class SharedMetrics:
         with self._lock:
             if snapshot.order <= self._written:
                 return
-            temporary = self.path.with_suffix(".tmp")
-            temporary.write_bytes(data)
-            temporary.replace(self.path)
+            write_whole(self.path, data)
             self._written = snapshot.order
 
     def exposition(self, snapshot: Snapshot | None = None) -> bytes:
@@ -136,11 +142,20 @@ def retire(folder: Path, pid: int) -> None:
         if snapshot is not None:
             sums.add(snapshot, live=False)
             folded.append(path.name)
-    temporary = folder / f"{RETIRED}.tmp"
-    temporary.write_bytes(orjson.dumps({"folded": folded, "families": sums.families()}))
-    temporary.replace(folder / RETIRED)
+    write_whole(folder / RETIRED, orjson.dumps({"folded": folded, "families": sums.families()}))
     for name in earlier:  # folded at an earlier fold: no reader can still count it
         (folder / name).unlink(missing_ok=True)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a reader sees the old file or the new one, never
+    half of one (a temporary file of this process's, renamed over it)."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _read(path: Path) -> Any:
