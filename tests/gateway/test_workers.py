@@ -524,3 +524,23 @@ def test_the_command_gives_sighup_back_as_it_found_it() -> None:
         )
     assert result.exit_code == 2  # the address is in use: refused, and the handler restored
     assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_a_metrics_folder_that_cannot_be_written_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from steadystream.gateway import workers
+
+    def full(path: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workers, "start_shared_models", full)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
+    sock = socket.socket()
+    with pytest.raises(ConfigError, match=r"server\.workers: .*No space left"):
+        workers.serve_workers(config, sock, lambda *args, **kwargs: None)
+    assert sock.fileno() == -1  # closed
+    assert list(tmp_path.iterdir()) == []  # the folder made for the metrics is gone

@@ -66,16 +66,19 @@ def serve_workers(
     reload: Callable[[], GatewayConfig] | None = None,
 ) -> None:
     """Run ``config.server.worker_count`` workers on ``sock`` until SIGTERM or SIGINT."""
+    folder: Path | None = None
     try:
         folder = Path(tempfile.mkdtemp(prefix="steadystream-gateway-metrics-"))
+        start_shared_models(folder / MODEL_LABELS)
     except OSError as exc:
         sock.close()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         raise ConfigError(
             "server.workers: the workers share their metrics through a temporary directory, "
             f"and none can be made (set TMPDIR to a writable one): {exc}"
         ) from exc
     try:
-        start_shared_models(folder / MODEL_LABELS)
         _Supervisor(config, sock, folder, log_level, reload, serve_on).run()
     finally:
         sock.close()
