@@ -143,9 +143,7 @@ def subjects_and_edges(
     from (all from one without it): see :func:`stream_numbers`. Two timelines of one stream
     at one vantage point (a rerun within a file) are both subjects."""
     streams = stream_numbers(
-        [t.stream_id for t in timelines],
-        [t.where.value for t in timelines],
-        files if files is not None else [0] * len(timelines),
+        [t.stream_id for t in timelines], [t.where.value for t in timelines], files
     )
     return group_views(
         [StreamView.of(i, t, s) for i, (t, s) in enumerate(zip(timelines, streams, strict=True))]
@@ -166,11 +164,14 @@ def group_views(
     return subjects, by_stream
 
 
-def stream_numbers(ids: Sequence[str], wheres: Sequence[str], files: Sequence[int]) -> list[int]:
+def stream_numbers(
+    ids: Sequence[str], wheres: Sequence[str], files: Sequence[int] | None = None
+) -> list[int]:
     """Which stream each timeline is, numbered in order of first sight.
 
     Timelines of one id are one stream when they are in the same file (``files``: each
-    timeline's file, in the order given), or at different vantage points. Where an id comes
+    timeline's file, in the order given; without it, all from one), or at different
+    vantage points. Where an id comes
     back at a vantage point in a later file, that is the id's next stream: the k-th file to
     hold an id at one vantage point joins the k-th to hold it at each other.
     """
@@ -178,7 +179,8 @@ def stream_numbers(ids: Sequence[str], wheres: Sequence[str], files: Sequence[in
     repeat: dict[tuple[str, str], int] = {}
     numbers: dict[tuple[str, int], int] = {}
     streams = []
-    for stream_id, where, file in zip(ids, wheres, files, strict=True):
+    in_files = files if files is not None else [0] * len(ids)
+    for stream_id, where, file in zip(ids, wheres, in_files, strict=True):
         seen = (stream_id, where)
         if seen in last_file and last_file[seen] != file:
             repeat[seen] = repeat.get(seen, 0) + 1

@@ -32,6 +32,7 @@ from steadystream.timeline import Timeline
 __all__ = [
     "Summary",
     "has_stall",
+    "one_view_note",
     "one_view_per_stream",
     "one_view_rows",
     "run_notes",
@@ -151,16 +152,23 @@ def one_view_per_stream(
     point only is kept, wherever it was seen.
     """
     kept = one_view_rows(table.stream_ids, table.wheres, files)
-    if len(kept) == len(table):
-        return table, None
+    note = one_view_note(table.wheres, kept)
+    return (table, None) if note is None else (table.take(kept), note)
+
+
+def one_view_note(wheres: Sequence[str], kept: Sequence[int]) -> str | None:
+    """What keeping only the rows ``kept`` (:func:`one_view_rows`) of rows seen at ``wheres``
+    left out, in words; None when it kept them all."""
+    if len(kept) == len(wheres):
+        return None
     kept_set = set(kept)
     left: dict[str, int] = {}
-    for i, where in enumerate(table.wheres):
+    for i, where in enumerate(wheres):
         if i not in kept_set:
             left[where] = left.get(where, 0) + 1
-    seen_at = sorted({table.wheres[i] for i in kept})
+    seen_at = sorted({wheres[i] for i in kept})
     left_out = ", ".join(f"{count:,} {where}" for where, count in sorted(left.items()))
-    return table.take(kept), (
+    return (
         f"{len(kept):,} streams as the {' and '.join(seen_at)} saw them; {left_out}"
         " timelines of the same streams left out"
     )
@@ -170,9 +178,7 @@ def one_view_rows(
     stream_ids: Sequence[str], wheres: Sequence[str], files: Sequence[int] | None = None
 ) -> list[int]:
     """Which rows (or timelines) :func:`one_view_per_stream` keeps, in their order."""
-    streams = stream_numbers(
-        stream_ids, wheres, files if files is not None else [0] * len(stream_ids)
-    )
+    streams = stream_numbers(stream_ids, wheres, files)
     ranks = [vantage_rank(where) for where in wheres]
     outer = outer_ranks(streams, ranks)
     return [i for i, (s, rank) in enumerate(zip(streams, ranks, strict=True)) if rank == outer[s]]

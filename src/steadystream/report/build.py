@@ -13,7 +13,7 @@ import steadystream.report.charts as charts
 import steadystream.report.data as data
 from steadystream._units import format_duration
 from steadystream.attribution import EngineSamples, Explanation, explain
-from steadystream.bench.summary import one_view_per_stream, one_view_rows
+from steadystream.bench.summary import one_view_note, one_view_rows
 from steadystream.findings import find
 from steadystream.glass.edges import compare_edges, rendered_view
 from steadystream.metrics import (
@@ -99,11 +99,11 @@ def build_report(
         timelines, stall_threshold_ns=cfg.stall_threshold_ns, engine=engine, files=files
     )
     every_view = stream_table(timelines, cfg)
-    table, one_view_note = one_view_per_stream(every_view, files)
-    if one_view_note is not None:
-        kept = one_view_rows(every_view.stream_ids, every_view.wheres, files)
-        timelines = [timelines[i] for i in kept]
-        notes = [*notes, f"Note: {one_view_note}."]
+    kept = one_view_rows(every_view.stream_ids, every_view.wheres, files)
+    table, left_out = every_view, one_view_note(every_view.wheres, kept)
+    if left_out is not None:
+        table, timelines = every_view.take(kept), [timelines[i] for i in kept]
+        notes = [*notes, f"Note: {left_out}."]
     fleet = fleet_metrics(table, cfg)
     if baseline is not None:
         ids, wheres = _ids_and_wheres(baseline)
