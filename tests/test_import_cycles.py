@@ -18,9 +18,13 @@ SRC = Path(__file__).parents[1] / "src"
 
 
 def modules(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file, for every module under ``root``."""
+    """Dotted module name -> file, for every module under ``root``.
+
+    A C extension (its ``.c`` source: ``stamped/_lane.c``) is a module too, one that imports
+    nothing of the project; without it, an import of it would read as one of its package.
+    """
     found = {}
-    for path in root.rglob("*.py"):
+    for path in [*root.rglob("*.py"), *root.rglob("*.c")]:
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -59,6 +63,8 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
+        if path.suffix != ".py":
+            continue  # (an extension: no imports of the project)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for target in _imported(ast.parse(path.read_text(encoding="utf-8")), package):
             resolved = resolve(target)
@@ -133,6 +139,8 @@ def test_every_kind_of_import_counts(tmp_path: Path) -> None:
         "d.py": "import importlib\nimportlib.import_module('pkg.e')\n",
         "e.py": "from pkg.b import *\n",
         "alone.py": "import os\nimport pkg.a\n",
+        "native.py": "import importlib\nimportlib.import_module('pkg._ext')\n",
+        "_ext.c": "#include <Python.h>\n",  # an extension module: a leaf
     }
     for name, text in files.items():
         (package / name).write_text(text, encoding="utf-8")
@@ -142,6 +150,8 @@ def test_every_kind_of_import_counts(tmp_path: Path) -> None:
     assert graph["pkg.b"] == {"pkg.c"}
     assert graph["pkg.d"] == {"pkg.e"}
     assert graph["pkg.alone"] == {"pkg.a"}
+    assert graph["pkg.native"] == {"pkg._ext"}  # the extension, not the package
+    assert graph["pkg._ext"] == set()
     assert set(cycles(graph)) == {
         frozenset({"pkg", "pkg.a"}),
         frozenset({"pkg.b", "pkg.c", "pkg.d", "pkg.e"}),

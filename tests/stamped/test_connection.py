@@ -282,17 +282,24 @@ def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
     assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)
 
 
+class _CountingWakes(StampedConnection):
+    __slots__ = ("wakes",)
+
+    def _wake(self, error: BaseException | None = None) -> None:
+        self.wakes = getattr(self, "wakes", 0) + (error is None)
+        super()._wake(error)
+
+
 def test_pieces_on_piece_takes_are_not_handed_on_and_do_not_wake_the_reader(serve: Serve) -> None:
     bodies = [b"data: %d\n\n" % i for i in range(6)]
     server = serve(events_script(*(chunked(body) for body in bodies)))
 
     async def pull() -> tuple[list[bytes], list[bytes], int]:
-        conn = await StampedConnection.open(
+        conn = await _CountingWakes.open(
             Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
         )
         taken: list[bytes] = []
         offered: list[bytes] = []
-        wakes = 0
 
         def take(stamp: int, data: bytes) -> bool:
             assert all(data is not seen for seen in offered), "a read was offered twice"
@@ -303,21 +310,13 @@ def test_pieces_on_piece_takes_are_not_handed_on_and_do_not_wake_the_reader(serv
             return True
 
         conn.on_piece = take
-        original = conn._wake
-
-        def counting(error: BaseException | None = None) -> None:
-            nonlocal wakes
-            wakes += error is None
-            original(error)
-
-        conn._wake = counting  # type: ignore[method-assign]
         try:
             await conn.send("POST", {}, b"{}")
             pieces: list[bytes] = []
             while True:
                 _, data = await conn.next_piece()
                 if not data:
-                    return taken, pieces, wakes
+                    return taken, pieces, getattr(conn, "wakes", 0)
                 pieces.append(data)
         finally:
             conn.close()

@@ -15,6 +15,7 @@ The reader sees a :class:`~steadystream.gateway.context.StreamContext` and its o
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -33,6 +34,7 @@ from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
 from steadystream.stamped import StampedConnection
+from steadystream.stamped.native import Lane as NativeLane
 
 __all__ = ["Attempt", "Early", "cause_of", "express_lane", "read_attempt"]
 
@@ -123,7 +125,11 @@ class Early(NamedTuple):
 
 
 def express_lane(
-    ctx: StreamContext, attempt: Attempt, outlet: RawOutlet
+    ctx: StreamContext,
+    attempt: Attempt,
+    outlet: RawOutlet,
+    *,
+    native: NativeLane | None = None,
 ) -> Callable[[int, bytes], bool]:
     """The hook that writes a read to the client from the connection's read callback.
 
@@ -138,16 +144,41 @@ def express_lane(
     being sent, and the client's connection holds nothing unsent. Returns True when it took
     the read whole (the reader never sees it); a read it cut that ends the attempt, or that
     it could not send, goes to the reader as :class:`Early`.
+
+    With ``native`` (the connection's native lane), the common read (whole content events)
+    never gets here: the lane takes it in C, the same way, and keeps its records until
+    :meth:`StreamContext.settle` takes them (:func:`native_records`). While a read taken
+    here waits for its bookkeeping, the native lane is held, so the records keep the order
+    the reads came in.
     """
     cutter = attempt.cutter
     waiting = ctx.buffer.queue
     later = ctx.after_writes.add
+    if native is not None and outlet.chunks and outlet.transport is not None:
+        native.arm(
+            attempt=attempt,
+            cutter=cutter,
+            watchdog=attempt.watchdog,
+            waiting=waiting,
+            outlet=outlet,
+            transport=outlet.transport,
+            scrub=ctx.scrub,
+            received_ns=ctx.record.received_ns,
+            max_event_bytes=cutter.max_event_bytes,
+        )
+        ctx.native_records = native_records(ctx, attempt, native)
+    else:
+        native = None
 
     def account(stamp: int, result: ReadResult, held: int, sent: int) -> None:
         # Both edges in one pass (what ``outlet.sent`` would record, and ``ctx.answered``
         # is already set for a read that ended the answer).
-        _arrived(ctx, attempt, stamp, result, held, sent)
-        _advance(ctx, attempt, stamp, result.pieces)
+        try:
+            _arrived(ctx, attempt, stamp, result, held, sent)
+            _advance(ctx, attempt, stamp, result.pieces)
+        finally:
+            if native is not None:
+                native.resume()
 
     def take(stamp: int, data: bytes) -> bool:
         if not attempt.idle:
@@ -162,6 +193,12 @@ def express_lane(
         if result.pieces and result.failure is None:
             sent = outlet.write_now(result.data)
             if sent is not None:
+                if native is not None:
+                    # What the native lane took came before this read: in the records first,
+                    # and nothing more from it until this read's bookkeeping is in.
+                    if (take := ctx.native_records) is not None:
+                        take()
+                    native.hold()
                 later(account, stamp, result, cutter.pending_bytes, sent)
                 if not result.done:
                     attempt.idle = True  # taken whole: the reader still waits
@@ -191,8 +228,7 @@ async def read_attempt(
             broken = exc
         finally:
             attempt.idle = False
-            if ctx.after_writes:
-                ctx.after_writes.run()  # the lane's reads came before this one, or this end
+            ctx.settle()  # the lanes' reads came before this one, or this end
         if broken is not None:
             what, broken = str(broken), None  # its traceback holds this frame: no cycle
             return _after_finish(what) if watchdog.finished else Failure(Cause.RESET, what)
@@ -234,6 +270,27 @@ async def read_attempt(
         if result.done:
             watchdog.done()
             return None
+
+
+def native_records(ctx: StreamContext, attempt: Attempt, lane: NativeLane) -> Callable[[], None]:
+    """What takes the native lane's records into the stream: both edges, the progress the
+    failover reads, and the watchdog (one token at the last one's time: what a token per
+    event would have left it at). Holds no reference to ``ctx`` (it is kept there)."""
+    record = ctx.record
+    progress = ctx.progress
+    watchdog = attempt.watchdog
+
+    def take() -> None:
+        taken = lane.take_records()
+        if taken is None:
+            return
+        up, down, wire, text_bytes, texts = taken
+        record.upstream.add_native(record.downstream, up, down, wire, text_bytes, texts)
+        progress.content += texts
+        progress.text_events += len(texts)
+        watchdog.token(int.from_bytes(up[-8:], sys.byteorder, signed=True) + record.received_ns)
+
+    return take
 
 
 def _arrived(

@@ -55,6 +55,7 @@ class StreamContext:
         "buffer",
         "clock",
         "envelope",
+        "native_records",
         "progress",
         "record",
         "scrub",
@@ -84,3 +85,15 @@ class StreamContext:
         # The express lane's bookkeeping waiting for the end of the loop's pass (later.py);
         # the reader runs it before it handles a read of its own, so the order holds.
         self.after_writes = after_writes if after_writes is not None else AfterWrites()
+        # Takes the records the native lane keeps for the running attempt (attempt.py);
+        # they are newer than anything in after_writes for this stream.
+        self.native_records: Callable[[], None] | None = None
+
+    def settle(self) -> None:
+        """Bring the records, the watchdog and the progress up to what went to the client:
+        the express lane's bookkeeping, then the native lane's. Whatever reads or adds to
+        them runs this first."""
+        if self.after_writes:
+            self.after_writes.run()
+        if (take := self.native_records) is not None:
+            take()

@@ -126,6 +126,8 @@ class StreamRelay(Relay):
             self.guard.release()
 
     def _close_record(self) -> None:
+        self.ctx.settle()  # (a stream cut short ends without its reader's last settle)
+        self.ctx.native_records = None
         record, buffer = self.record, self.ctx.buffer
         record.meta["buffer_peak_bytes"] = buffer.peak_bytes
         record.meta["buffer_waits"] = buffer.waits
@@ -387,13 +389,16 @@ class StreamRelay(Relay):
     async def _pump(self, attempt: Attempt) -> Failure | None:
         """Run the reader of ``attempt``; the guard may stop it (a stall)."""
         outlet = self.outlet
+        self.ctx.native_records = None  # (an earlier attempt's: taken at its end)
         if (
             outlet is not None
             and outlet.chunks
             and attempt.rewriter is None
             and attempt.response is not None
         ):
-            attempt.response.on_piece = express_lane(self.ctx, attempt, outlet)
+            attempt.response.on_piece = express_lane(
+                self.ctx, attempt, outlet, native=attempt.response.native_lane
+            )
         task = asyncio.ensure_future(read_attempt(self.ctx, attempt, outlet))
         attempt.task = task
         try:
@@ -402,7 +407,7 @@ class StreamRelay(Relay):
             if not task.done():
                 task.cancel()
             attempt.task = None  # its frames refer to the attempt: no cycle through it
-            self.ctx.after_writes.run()  # what the lane sent is in the records before they end
+            self.ctx.settle()  # what the lanes sent is in the records before they end
         if task.cancelled():
             early = attempt.early
             if early is not None and early.sent_ns is not None:
@@ -417,8 +422,7 @@ class StreamRelay(Relay):
     # -- the guard's hooks ----------------------------------------------------------------------
 
     def _watched(self) -> Watchdog | None:
-        if self.ctx.after_writes:
-            self.ctx.after_writes.run()  # a token the lane just sent counts before the judgment
+        self.ctx.settle()  # a token the lanes just sent counts before the judgment
         attempt = self.current
         return attempt.watchdog if attempt is not None and attempt.reading else None
 

@@ -150,6 +150,7 @@ class RawOutlet:
 
     def sent(self, out: Out, now: int) -> None:
         """Record that ``out`` went to the client at ``now`` (the ``gateway-downstream`` edge)."""
+        self._ctx.settle()  # what the lanes sent before it is recorded before it
         t = now - self._received
         log = self._log
         if log.first_byte_ns is None:

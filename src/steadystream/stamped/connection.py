@@ -5,7 +5,9 @@ the kernel's receive stamp (``kernel`` stamps) or with ``recv`` and the clock re
 loop got to it (``user`` stamps, where the kernel gives none). httptools parses the
 response (status, headers, chunked or content-length or close-delimited body); nothing
 here parses HTTP by hand. The body is handed to a sink read by read, each read with its
-stamp, before anything else looks at it.
+stamp, before anything else looks at it. Where the native lane was built
+(:mod:`steadystream.stamped.native`), a plaintext connection on the real clock is read by it:
+the same reads, stamps and parser, with the body's common case kept out of Python.
 
 Failures are the project's exceptions, with messages a person can act on:
 
@@ -40,6 +42,7 @@ from steadystream.stamped.kernel import (
     stamp_from_ancillary,
 )
 from steadystream.stamped.modes import StampMode
+from steadystream.stamped.native import Lane, lane_maker
 from steadystream.stamped.rescue import StallRescuer
 from steadystream.stamped.target import (
     Resolve,
@@ -66,6 +69,48 @@ BodySink = Callable[[int, bytes], bool]
 class StampedConnection:
     """A connection for one request and its streamed response; closed after it."""
 
+    __slots__ = (
+        "_closed",
+        "_complete",
+        "_draining",
+        "_early",
+        "_early_bytes",
+        "_error",
+        "_framed",
+        "_head",
+        "_head_bytes",
+        "_head_read",
+        "_header_name",
+        "_headers",
+        "_interim",
+        "_last_activity",
+        "_lock",
+        "_loop",
+        "_parser",
+        "_pending",
+        "_queued",
+        "_queued_bytes",
+        "_queueing",
+        "_read_timeout_s",
+        "_reading",
+        "_rescuer",
+        "_sink",
+        "_sock",
+        "_stamp",
+        "_stopped",
+        "_taken",
+        "_timer",
+        "_tls",
+        "_waiter",
+        "_wall",
+        "clock",
+        "mode",
+        "native_lane",
+        "on_piece",
+        "target",
+        "unstamped_reads",
+    )
+
     def __init__(
         self,
         sock: socket.socket,
@@ -85,8 +130,6 @@ class StampedConnection:
         self._read_timeout_s = read_timeout_s
         self._loop = asyncio.get_running_loop()
         self._wall = WallToClock(clock.now_ns) if mode is StampMode.KERNEL else None
-        # It calls back into this connection: a cycle, broken at close (_let_go).
-        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._draining = False
         self._pending: collections.deque[tuple[int, bytes]] = collections.deque()
         self._lock = threading.Lock()  # the read and its queueing, shared with the rescuer
@@ -117,6 +160,26 @@ class StampedConnection:
         self._last_activity = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._rescuer: StallRescuer | None = None
+        # The native lane reads the socket and takes the parser's body (both cycles through
+        # this connection, broken at close: _let_go); else this connection does.
+        self.native_lane: Lane | None = None
+        make = lane_maker(clock.now_ns) if tls is None else None
+        if make is not None:
+            self.native_lane = lane = make(
+                self,
+                fd=sock.fileno(),
+                kernel=self._wall is not None,
+                offset_ns=self._wall.offset_ns if self._wall is not None else 0,
+                pending=self._pending,
+                queued=self._queued,
+                reason=reason,
+            )
+            callbacks: object = _Callbacks(self, lane)
+        else:
+            callbacks = self
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(callbacks)
+        if self.native_lane is not None:
+            self.native_lane.bind(self._parser.feed_data)
 
     # -- opening and sending -------------------------------------------------------------
 
@@ -328,7 +391,10 @@ class StampedConnection:
         if self._reading or self._closed:
             return
         self._reading = True
-        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        lane = self.native_lane
+        self._loop.add_reader(
+            self._sock.fileno(), self._on_readable if lane is None else lane.readable
+        )
         if self._pending:  # read while paused (by the rescuer): parse it now, not on new bytes
             self._loop.call_soon(self.drain)
         if self._read_timeout_s is not None:
@@ -354,6 +420,8 @@ class StampedConnection:
 
     def _check_timeout(self) -> None:
         assert self._read_timeout_s is not None
+        if (lane := self.native_lane) is not None:  # (the reads it fed itself)
+            self._last_activity = max(self._last_activity, lane.last_activity)
         idle = self._loop.time() - self._last_activity
         if idle >= self._read_timeout_s:
             self._timer = None
@@ -371,35 +439,51 @@ class StampedConnection:
         """Read what the socket holds into the queue; True if something was queued.
 
         Runs on the loop and, while the loop is stalled, on the rescuer's thread: the lock
-        keeps reads and their place in the queue in one order.
+        keeps reads and their place in the queue in one order. (The native lane reads
+        without the lock, holding the GIL throughout: ``pulling`` tells it a read here may
+        be under way without the GIL, and to come this way meanwhile.)
         """
         with self._lock:
             if self._closed:
                 return False
+            lane = self.native_lane
+            if lane is not None:
+                lane.pulling = True
             try:
-                if (to_clock := self._wall) is not None:
-                    data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
-                    wall = stamp_from_ancillary(ancillary)
-                    if wall is None:
-                        stamp = self.clock.now_ns()
-                        self.unstamped_reads += data != b""
-                    else:
-                        stamp = wall + to_clock.offset_ns  # (WallToClock.to_clock, inline)
-                else:
-                    data = self._sock.recv(READ_SIZE)
+                return self._pull()
+            finally:
+                if lane is not None:
+                    lane.pulling = False
+
+    def _pull(self) -> bool:
+        try:
+            if (to_clock := self._wall) is not None:
+                data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
+                wall = stamp_from_ancillary(ancillary)
+                if wall is None:
                     stamp = self.clock.now_ns()
-            except (BlockingIOError, InterruptedError):
-                return False
-            except OSError as exc:
-                self._pending.append((-1, reason(exc).encode()))
-                return True
-            self._pending.append((stamp, data))
+                    self.unstamped_reads += data != b""
+                else:
+                    stamp = wall + to_clock.offset_ns  # (WallToClock.to_clock, inline)
+            else:
+                data = self._sock.recv(READ_SIZE)
+                stamp = self.clock.now_ns()
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._pending.append((-1, reason(exc).encode()))
             return True
+        self._pending.append((stamp, data))
+        return True
 
     def _on_readable(self) -> None:
         rescuer = self._rescuer
         if rescuer is not None:
             rescuer.loop_work += 1
+        self._read_now()
+
+    def _read_now(self) -> None:
+        # (also the native lane's way back, when reads the rescuer queued wait before this)
         if self.pull():
             self.drain()
 
@@ -416,8 +500,16 @@ class StampedConnection:
             self._draining = False
             if self._closed:
                 self._let_go()
+        self._drained(taken, queued)
+
+    def _drained(self, taken: int, queued: int) -> None:
+        """After a drain: stop at the end, else wake the reader if it has something to do.
+
+        ``taken`` and ``queued``: on_piece's count and the queue's length before the drain.
+        (The native lane feeds a read itself and calls this only when it has to.)
+        """
         if self._complete or self._stopped:  # (_ended, without the call: per read)
-            pending.clear()
+            self._pending.clear()
             self._stop_reading()
         elif self._taken != taken and len(self._queued) == queued and self._error is None:
             return  # on_piece took every read: nothing for the waiting reader to do
@@ -430,6 +522,8 @@ class StampedConnection:
         self._sink = None
         self._queueing = False
         self.on_piece = None
+        if self.native_lane is not None:
+            self.native_lane.release()  # (its records stay for whoever takes them)
         if self._error is not None:  # raised, its traceback holds frames whose self is this
             self._error.__traceback__ = None
 
@@ -462,17 +556,25 @@ class StampedConnection:
                         raise ProtocolError(
                             f"the response headers are larger than {_HEAD_LIMIT} bytes"
                         )
-            except httptools.HttpParserCallbackError as exc:
-                # Raised by our callbacks or the caller's sink: that error, not the parser's.
-                self._fail(exc.__context__ or exc)
-            except httptools.HttpParserError as exc:
-                self._fail(ProtocolError(f"the server's response is not valid HTTP/1.1: {exc}"))
-            except (ProtocolError, UpstreamStreamError) as exc:
-                self._fail(exc)
+            except (httptools.HttpParserError, ProtocolError, UpstreamStreamError) as exc:
+                self._feed_failed(exc)
             if self._head is not None and self._sink is None and self._reading:
                 # The caller decides what to do with the body once it has seen the head.
                 self._stop_reading()
                 break
+
+    def _feed_failed(self, exc: BaseException) -> None:
+        """A feed of the parser raised ``exc``: fail the connection with the right error,
+        or raise it again when it is none of ours (the native lane calls this too)."""
+        if isinstance(exc, httptools.HttpParserCallbackError):
+            # Raised by our callbacks or the caller's sink: that error, not the parser's.
+            self._fail(exc.__context__ or exc)
+        elif isinstance(exc, httptools.HttpParserError):
+            self._fail(ProtocolError(f"the server's response is not valid HTTP/1.1: {exc}"))
+        elif isinstance(exc, ProtocolError | UpstreamStreamError):
+            self._fail(exc)
+        else:
+            raise exc
 
     def _end_of_stream(self) -> None:
         if self._head is not None and not self._framed:
@@ -549,3 +651,17 @@ class StampedConnection:
             self._interim = False
             return
         self._complete = True
+
+
+class _Callbacks:
+    """What the parser calls back on a natively read connection: the connection's own
+    callbacks for the head, the native lane's for the body and its end (which hand the
+    connection what they do not take, as it would have had it)."""
+
+    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
+
+    def __init__(self, conn: StampedConnection, lane: Lane) -> None:
+        self.on_header = conn.on_header
+        self.on_headers_complete = conn.on_headers_complete
+        self.on_body = lane.on_body
+        self.on_message_complete = lane.on_message_complete
