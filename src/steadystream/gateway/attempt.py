@@ -32,7 +32,7 @@ from steadystream.gateway.events import EventCutter, Failure, FallbackRewriter, 
 from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
-from steadystream.gateway.writers import RawOutlet
+from steadystream.gateway.writers import RawOutlet, plain_socket_fd
 from steadystream.stamped import StampedConnection
 from steadystream.stamped.native import Lane as NativeLane
 
@@ -165,6 +165,7 @@ def express_lane(
             scrub=ctx.scrub,
             received_ns=ctx.record.received_ns,
             max_event_bytes=cutter.max_event_bytes,
+            client_fd=plain_socket_fd(outlet.transport),
         )
         ctx.native_records = native_records(ctx, attempt, native)
     else:

@@ -28,7 +28,7 @@ from steadystream.shaping import Pacer, pace
 from steadystream.shaping.base import is_paced
 from steadystream.timeline import estimate_tokens
 
-__all__ = ["RawOutlet", "unsent_bytes", "write_paced", "write_raw"]
+__all__ = ["RawOutlet", "plain_socket_fd", "unsent_bytes", "write_paced", "write_raw"]
 
 _PACED_KINDS = (EventKind.CONTENT, EventKind.REASONING)
 
@@ -59,6 +59,32 @@ def unsent_bytes(transport: asyncio.WriteTransport | None) -> int | None:
             return unsent
         unsent += int.from_bytes(queued, sys.byteorder, signed=True)
     return unsent
+
+
+_PLAIN_TCP = {
+    ("uvloop.loop", "TCPTransport"),
+    ("asyncio.selector_events", "_SelectorSocketTransport"),
+}
+
+
+def plain_socket_fd(transport: asyncio.WriteTransport | None) -> int:
+    """The client socket's descriptor when the transport is plain TCP (nothing, TLS above
+    all, between a write to that socket and the client); -1 for any other transport.
+
+    The native lane writes a chunk straight to that socket while the transport holds
+    nothing unsent (its own buffer and its loop's write queue, both in
+    ``get_write_buffer_size``), and hands the transport only what the socket did not take.
+    """
+    kind = type(transport)
+    if (kind.__module__, kind.__name__) not in _PLAIN_TCP or transport is None:
+        return -1
+    if transport.get_extra_info("sslcontext") is not None:
+        return -1
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (OSError, ValueError, AttributeError):
+        return -1
 
 
 class RawOutlet:

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define READ_SIZE (1 << 16)
@@ -90,6 +91,7 @@ typedef struct {
     PyObject *watchdog;
     PyObject *waiting;    /* the stream buffer's queue */
     PyObject *outlet;
+    int client_fd;        /* the client's socket, when nothing but TCP lies between; else -1 */
     PyObject *t_write;    /* the client's transport */
     PyObject *t_size;
     PyObject *t_closing;
@@ -443,7 +445,37 @@ client_free(Lane *self)
     return truth < 0 ? -1 : !truth;
 }
 
-/* Write body to the client as one chunk; 0 done, -1 error. */
+/* Hand the transport what the socket did not take (all of it when sent is 0). */
+static int
+write_rest(Lane *self, const char *head, Py_ssize_t head_size, PyObject *body, Py_ssize_t sent)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    Py_ssize_t total = head_size + size + 2;
+    PyObject *rest = PyBytes_FromStringAndSize(NULL, total - sent);
+    if (rest == NULL)
+        return -1;
+    char *out = PyBytes_AS_STRING(rest);
+    /* the frame is head, body, CRLF: copy the part of it from sent on */
+    Py_ssize_t at = 0;
+    for (int part = 0; part < 3; part++) {
+        const char *data = part == 0 ? head : part == 1 ? PyBytes_AS_STRING(body) : "\r\n";
+        Py_ssize_t length = part == 0 ? head_size : part == 1 ? size : 2;
+        Py_ssize_t skip = sent > at ? (sent - at < length ? sent - at : length) : 0;
+        memcpy(out, data + skip, length - skip);
+        out += length - skip;
+        at += length;
+    }
+    PyObject *done = PyObject_CallOneArg(self->t_write, rest);
+    Py_DECREF(rest);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* Write body to the client as one chunk; 0 done, -1 error. The transport holds nothing
+ * (client_free): on a plain TCP connection the frame goes to its socket at once, and only
+ * what the socket did not take goes through the transport, after it; else all of it does. */
 static int
 write_chunk(Lane *self, PyObject *body)
 {
@@ -464,31 +496,38 @@ write_chunk(Lane *self, PyObject *body)
     int head_size = 0;
     char digits[16];
     int count = 0;
-    size_t rest = (size_t)size;
+    size_t left = (size_t)size;
     do {
-        digits[count++] = "0123456789abcdef"[rest & 0xf];
-        rest >>= 4;
-    } while (rest);
+        digits[count++] = "0123456789abcdef"[left & 0xf];
+        left >>= 4;
+    } while (left);
     while (count)
         head[head_size++] = digits[--count];
     head[head_size++] = '\r';
     head[head_size++] = '\n';
-    PyObject *frame = PyBytes_FromStringAndSize(NULL, head_size + size + 2);
-    if (frame == NULL) {
-        Py_XDECREF(scrubbed);
-        return -1;
+    Py_ssize_t sent = 0;
+    if (self->client_fd >= 0) {
+        struct iovec parts[3] = {
+            {head, (size_t)head_size},
+            {PyBytes_AS_STRING(body), (size_t)size},
+            {"\r\n", 2},
+        };
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_iov = parts;
+        msg.msg_iovlen = 3;
+        ssize_t n;
+        do {
+            n = sendmsg(self->client_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        } while (n < 0 && errno == EINTR);
+        /* (an error is the transport's to meet and report: it gets the whole frame) */
+        sent = n > 0 ? n : 0;
     }
-    char *out = PyBytes_AS_STRING(frame);
-    memcpy(out, head, head_size);
-    memcpy(out + head_size, PyBytes_AS_STRING(body), size);
-    memcpy(out + head_size + size, "\r\n", 2);
+    int rc = 0;
+    if (sent < head_size + size + 2)
+        rc = write_rest(self, head, head_size, body, sent);
     Py_XDECREF(scrubbed);
-    PyObject *done = PyObject_CallOneArg(self->t_write, frame);
-    Py_DECREF(frame);
-    if (done == NULL)
-        return -1;
-    Py_DECREF(done);
-    return 0;
+    return rc;
 }
 
 /* Take body whole: 1 taken, 0 not this lane's (nothing changed), -1 error. */
@@ -910,6 +949,7 @@ static void
 disarm(Lane *self)
 {
     self->armed = 0;
+    self->client_fd = -1;
     self->held = 0;
     self->seen_token = 0;
     self->envelope_seen = 0;
@@ -928,14 +968,26 @@ static PyObject *
 Lane_arm(Lane *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"attempt", "cutter", "watchdog", "waiting", "outlet", "transport",
-                            "scrub", "received_ns", "max_event_bytes", NULL};
-    PyObject *attempt, *cutter, *watchdog, *waiting, *outlet, *transport, *scrub;
-    long long received_ns;
-    Py_ssize_t max_event_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOLn:arm", names, &attempt, &cutter,
+                            "scrub", "received_ns", "max_event_bytes", "client_fd", NULL};
+    PyObject *attempt = NULL, *cutter = NULL, *watchdog = NULL, *waiting = NULL,
+             *outlet = NULL, *transport = NULL, *scrub = NULL;
+    long long received_ns = -1;
+    Py_ssize_t max_event_bytes = -1;
+    int client_fd = -1;
+    /* (keyword-only arguments are optional to the parser: the required ones are checked) */
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOLni:arm", names, &attempt, &cutter,
                                      &watchdog, &waiting, &outlet, &transport, &scrub,
-                                     &received_ns, &max_event_bytes))
+                                     &received_ns, &max_event_bytes, &client_fd))
         return NULL;
+    if (attempt == NULL || cutter == NULL || watchdog == NULL || waiting == NULL ||
+        outlet == NULL || transport == NULL || scrub == NULL || received_ns < 0 ||
+        max_event_bytes < 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "arm() needs attempt, cutter, watchdog, waiting, outlet, transport, "
+                        "scrub, received_ns and max_event_bytes (received_ns and "
+                        "max_event_bytes not negative)");
+        return NULL;
+    }
     if (self->conn == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the lane was released");
         return NULL;
@@ -978,6 +1030,7 @@ Lane_arm(Lane *self, PyObject *args, PyObject *kwargs)
     self->scrub = scrub;
     self->received_ns = received_ns;
     self->max_event_bytes = max_event_bytes;
+    self->client_fd = client_fd;
     self->armed = 1;
     Py_RETURN_NONE;
 }
@@ -1082,6 +1135,7 @@ Lane_init(Lane *self, PyObject *args, PyObject *kwargs)
     self->kernel = kernel;
     self->offset_ns = offset_ns;
     self->pulling = 0;
+    self->client_fd = -1;
     Py_INCREF(pending);
     self->pending = pending;
     Py_INCREF(queued);
