@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections import deque
 from types import SimpleNamespace
 from typing import Any
@@ -324,3 +325,16 @@ def test_a_closed_client_socket_is_the_transports_to_report() -> None:
         stand = Stand(client_fd=left.fileno())
         stand.lane.on_body(event("gone"))  # EPIPE: no signal, no exception here
         assert stand.transport.written == [frame(event("gone"))]
+
+
+def test_the_gateway_says_which_lane_relays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STEADYSTREAM_NATIVE", raising=False)
+    assert native.describe() == "the native lane"
+    monkeypatch.setenv("STEADYSTREAM_NATIVE", "0")
+    assert "off: STEADYSTREAM_NATIVE=0" in native.describe()
+    assert native.lane_maker(time.perf_counter_ns) is None
+    monkeypatch.delenv("STEADYSTREAM_NATIVE")
+    assert native.lane_maker(time.perf_counter_ns) is native.NativeLane
+    assert native.lane_maker(lambda: 0) is None  # a fake clock: the stamps would disagree
+    monkeypatch.setattr(native, "_native", None)
+    assert "not built" in native.describe()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sized
 from types import ModuleType
 from typing import Any, Protocol
 
-__all__ = ["Lane", "NativeLane", "lane_maker", "native_module"]
+__all__ = ["Lane", "NativeLane", "describe", "lane_maker", "native_module"]
 
 _native: ModuleType | None
 try:
@@ -87,6 +87,15 @@ def native_module() -> ModuleType | None:
     if _native is None or os.environ.get("STEADYSTREAM_NATIVE", "1") == "0":
         return None
     return _native
+
+
+def describe() -> str:
+    """Which lane relays, in words (the gateway says so when it starts)."""
+    if _native is None:
+        return "the Python lane (the native lane was not built: it needs a C compiler at install)"
+    if native_module() is None:
+        return "the Python lane (the native lane is off: STEADYSTREAM_NATIVE=0)"
+    return "the native lane"
 
 
 def lane_maker(now_ns: Callable[[], int]) -> Callable[..., Lane] | None:
