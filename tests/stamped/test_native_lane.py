@@ -78,7 +78,6 @@ class Stand:
             offset_ns=0,
             pending=deque(),
             queued=self.queued,
-            reason=str,
         )
         self.lane.arm(
             attempt=self.attempt,
@@ -338,3 +337,73 @@ def test_the_gateway_says_which_lane_relays(monkeypatch: pytest.MonkeyPatch) -> 
     assert native.lane_maker(lambda: 0) is None  # a fake clock: the stamps would disagree
     monkeypatch.setattr(native, "_native", None)
     assert "not built" in native.describe()
+
+
+def _rearm(stand: Stand) -> None:
+    stand.lane.arm(
+        attempt=stand.attempt,
+        cutter=stand.cutter,
+        watchdog=stand.watchdog,
+        waiting=stand.waiting,
+        outlet=stand.outlet,
+        transport=stand.transport,
+        scrub=None,
+        received_ns=RECEIVED,
+        max_event_bytes=1 << 20,
+    )
+
+
+@pytest.mark.parametrize("where", ["a property it reads", "the transport's write", "its size"])
+def test_a_release_from_code_the_lane_calls_waits_for_the_end_of_the_take(where: str) -> None:
+    stand = Stand()
+    release = stand.lane.release
+    if where == "a property it reads":
+
+        class Outlet:
+            @property
+            def busy(self) -> bool:
+                release()
+                return False
+
+        stand.outlet = Outlet()  # type: ignore[assignment]
+    elif where == "the transport's write":
+        write = stand.transport.write
+        stand.transport.write = lambda data: (release(), write(data))  # type: ignore[method-assign]
+    else:
+        stand.transport.get_write_buffer_size = lambda: (release(), 0)[1]  # type: ignore[method-assign]
+    _rearm(stand)
+    stand.lane.on_body(event("a"))  # (it crashed here, on references the release let go of)
+    assert not stand.lane.armed
+    stand.lane.on_body(event("b"))  # released: nothing more
+    taken = stand.lane.take_records()
+    assert taken is None or taken[4] == ["a"]
+    assert stand.handed == []
+
+
+def test_a_failed_read_is_queued_with_the_words_pull_would_give_it() -> None:
+    import errno
+    import os
+
+    from steadystream.stamped.target import reason
+
+    left, right = socket.socketpair()
+    with left, right:
+        right.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        left.send(b"unread")  # closing a socket with unread bytes resets the other end
+        right.close()
+        pending: deque[tuple[int, bytes]] = deque()
+        drained: list[list[tuple[int, bytes]]] = []
+        conn = SimpleNamespace(
+            _rescuer=None,
+            _closed=False,
+            drain=lambda: drained.append(list(pending)),
+        )
+        make = native.NativeLane
+        assert make is not None
+        lane = make(
+            conn, fd=left.fileno(), kernel=True, offset_ns=0, pending=pending, queued=deque()
+        )
+        lane.bind(lambda data: None)
+        lane.readable()
+        expected = reason(ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)))
+        assert drained == [[(-1, expected.encode())]]

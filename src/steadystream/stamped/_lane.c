@@ -68,7 +68,6 @@ typedef struct {
     int pulling;          /* StampedConnection.pull() is reading the socket (the rescuer) */
     PyObject *pending;    /* conn._pending: reads waiting for drain() */
     PyObject *queued;     /* conn._queued: pieces waiting for the reader */
-    PyObject *reason;     /* OSError -> the text a person reads */
     PyObject *feed;       /* parser.feed_data, once bound */
     PyObject *rescuer;    /* conn._rescuer, once set (it never changes after) */
     int in_body;          /* head, sink and parser seen: only a close undoes it (release) */
@@ -86,6 +85,8 @@ typedef struct {
     int envelope_seen;
     int seen_token;
     long held;            /* the Python lane's reads whose records are still to come */
+    int taking;           /* inside take(): a release() meanwhile waits for its end */
+    int release_due;
     PyObject *attempt;
     PyObject *cutter;
     PyObject *watchdog;
@@ -106,6 +107,8 @@ typedef struct {
     /* what it did, for tests and benchmarks */
     long long fast_reads, fast_pieces;
 } Lane;
+
+static void release_all(Lane *self);
 
 /* -- small helpers ----------------------------------------------------------------------- */
 
@@ -427,17 +430,47 @@ may_take(Lane *self)
     return 1;
 }
 
-static int
-client_free(Lane *self)
+/* The client's side of one take, held for its length: a Python call in it (a scrubber, a
+ * transport's method) could release the lane, and with it the lane's own references. */
+typedef struct {
+    PyObject *write, *size, *closing, *scrub;
+    int fd;
+} Client;
+
+static void
+client_hold(Lane *self, Client *client)
 {
-    PyObject *closing = PyObject_CallNoArgs(self->t_closing);
+    client->write = self->t_write;
+    client->size = self->t_size;
+    client->closing = self->t_closing;
+    client->scrub = self->scrub;
+    client->fd = self->client_fd;
+    Py_INCREF(client->write);
+    Py_INCREF(client->size);
+    Py_INCREF(client->closing);
+    Py_INCREF(client->scrub);
+}
+
+static void
+client_let_go(Client *client)
+{
+    Py_DECREF(client->write);
+    Py_DECREF(client->size);
+    Py_DECREF(client->closing);
+    Py_DECREF(client->scrub);
+}
+
+static int
+client_free(Client *client)
+{
+    PyObject *closing = PyObject_CallNoArgs(client->closing);
     if (closing == NULL)
         return -1;
     int truth = PyObject_IsTrue(closing);
     Py_DECREF(closing);
     if (truth != 0)
         return truth < 0 ? -1 : 0;
-    PyObject *unsent = PyObject_CallNoArgs(self->t_size);
+    PyObject *unsent = PyObject_CallNoArgs(client->size);
     if (unsent == NULL)
         return -1;
     truth = PyObject_IsTrue(unsent);
@@ -447,7 +480,8 @@ client_free(Lane *self)
 
 /* Hand the transport what the socket did not take (all of it when sent is 0). */
 static int
-write_rest(Lane *self, const char *head, Py_ssize_t head_size, PyObject *body, Py_ssize_t sent)
+write_rest(Client *client, const char *head, Py_ssize_t head_size, PyObject *body,
+           Py_ssize_t sent)
 {
     Py_ssize_t size = PyBytes_GET_SIZE(body);
     Py_ssize_t total = head_size + size + 2;
@@ -465,7 +499,7 @@ write_rest(Lane *self, const char *head, Py_ssize_t head_size, PyObject *body, P
         out += length - skip;
         at += length;
     }
-    PyObject *done = PyObject_CallOneArg(self->t_write, rest);
+    PyObject *done = PyObject_CallOneArg(client->write, rest);
     Py_DECREF(rest);
     if (done == NULL)
         return -1;
@@ -477,11 +511,11 @@ write_rest(Lane *self, const char *head, Py_ssize_t head_size, PyObject *body, P
  * (client_free): on a plain TCP connection the frame goes to its socket at once, and only
  * what the socket did not take goes through the transport, after it; else all of it does. */
 static int
-write_chunk(Lane *self, PyObject *body)
+write_chunk(Client *client, PyObject *body)
 {
     PyObject *scrubbed = NULL;
-    if (self->scrub != Py_None) {
-        scrubbed = PyObject_CallOneArg(self->scrub, body);
+    if (client->scrub != Py_None) {
+        scrubbed = PyObject_CallOneArg(client->scrub, body);
         if (scrubbed == NULL)
             return -1;
         if (!PyBytes_Check(scrubbed)) {
@@ -506,7 +540,7 @@ write_chunk(Lane *self, PyObject *body)
     head[head_size++] = '\r';
     head[head_size++] = '\n';
     Py_ssize_t sent = 0;
-    if (self->client_fd >= 0) {
+    if (client->fd >= 0) {
         struct iovec parts[3] = {
             {head, (size_t)head_size},
             {PyBytes_AS_STRING(body), (size_t)size},
@@ -518,14 +552,14 @@ write_chunk(Lane *self, PyObject *body)
         msg.msg_iovlen = 3;
         ssize_t n;
         do {
-            n = sendmsg(self->client_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+            n = sendmsg(client->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         } while (n < 0 && errno == EINTR);
         /* (an error is the transport's to meet and report: it gets the whole frame) */
         sent = n > 0 ? n : 0;
     }
     int rc = 0;
     if (sent < head_size + size + 2)
-        rc = write_rest(self, head, head_size, body, sent);
+        rc = write_rest(client, head, head_size, body, sent);
     Py_XDECREF(scrubbed);
     return rc;
 }
@@ -547,17 +581,27 @@ take(Lane *self, PyObject *body)
     if (count <= 0)
         return count;
     int result = 0;
-    long long stamp = self->feeding ? self->stamp : int_attr(self->conn, s_stamp);
+    if (!self->armed || self->conn == NULL) {
+        /* (what it read could have run Python code, which let go of the lane) */
+        for (int i = 0; i < count; i++)
+            Py_DECREF(cuts[i].text);
+        return 0;
+    }
+    PyObject *conn = self->conn;
+    Py_INCREF(conn);
+    Client client;
+    client_hold(self, &client);
+    long long stamp = self->feeding ? self->stamp : int_attr(conn, s_stamp);
     if (stamp == -1 && PyErr_Occurred())
         goto error;
-    ok = client_free(self);
+    ok = client_free(&client);
     if (ok != 1) {
         result = ok;
         goto done;
     }
     if (grow(self, count) < 0)
         goto error;
-    if (write_chunk(self, body) < 0)
+    if (write_chunk(&client, body) < 0)
         goto error;
     long long sent = now_ns();
     for (int i = 0; i < count; i++) {
@@ -577,13 +621,15 @@ take(Lane *self, PyObject *body)
     self->fast_pieces += count;
     if (self->feeding)
         self->takes++; /* feed_now accounts for it */
-    else if (add_to_int_attr(self->conn, s_taken, 1) < 0)
+    else if (add_to_int_attr(conn, s_taken, 1) < 0)
         goto error; /* (drain() reads it) */
     result = 1;
     goto done;
 error:
     result = -1;
 done:
+    client_let_go(&client);
+    Py_DECREF(conn);
     for (int i = 0; i < count; i++)
         Py_DECREF(cuts[i].text);
     return result;
@@ -592,23 +638,23 @@ done:
 /* Python code is about to run inside feed_now: give the connection the state drain()
  * would have given it (the read's stamp, and that a drain runs). */
 static int
-hand_over(Lane *self)
+hand_over(Lane *self, PyObject *conn)
 {
     if (!self->feeding)
         return 0;
     PyObject *stamp = PyLong_FromLongLong(self->stamp);
     if (stamp == NULL)
         return -1;
-    int rc = PyObject_SetAttr(self->conn, s_stamp, stamp);
+    int rc = PyObject_SetAttr(conn, s_stamp, stamp);
     Py_DECREF(stamp);
     if (rc < 0)
         return -1;
     if (!self->fell_back) {
-        self->taken_before = int_attr(self->conn, s_taken);
+        self->taken_before = int_attr(conn, s_taken);
         if (self->taken_before == -1 && PyErr_Occurred())
             return -1;
         self->fell_back = 1;
-        if (set_bool(self->conn, s_draining, 1) < 0)
+        if (set_bool(conn, s_draining, 1) < 0)
             return -1;
     }
     return 0;
@@ -617,18 +663,30 @@ hand_over(Lane *self)
 static PyObject *
 Lane_on_body(Lane *self, PyObject *body)
 {
-    if (self->conn == NULL)
-        Py_RETURN_NONE;
-    if (self->armed && PyBytes_CheckExact(body)) {
-        int taken = take(self, body);
-        if (taken < 0)
-            return NULL;
-        if (taken)
-            Py_RETURN_NONE;
-    }
     PyObject *conn = self->conn;
+    if (conn == NULL)
+        Py_RETURN_NONE;
     Py_INCREF(conn);
-    PyObject *result = hand_over(self) < 0 ? NULL : PyObject_CallMethodOneArg(conn, s_on_body, body);
+    PyObject *result = NULL;
+    if (self->armed && PyBytes_CheckExact(body)) {
+        /* What take() reads and calls could let go of the lane (a property, a scrubber, a
+         * transport's method): its references stay until take() is done with them. */
+        self->taking++;
+        int taken = take(self, body);
+        if (--self->taking == 0 && self->release_due)
+            release_all(self);
+        if (taken < 0)
+            goto out;
+        if (taken) {
+            result = Py_NewRef(Py_None);
+            goto out;
+        }
+    }
+    if (self->conn == NULL) /* released meanwhile: the connection let go of its parser too */
+        result = Py_NewRef(Py_None);
+    else if (hand_over(self, conn) == 0)
+        result = PyObject_CallMethodOneArg(conn, s_on_body, body);
+out:
     Py_DECREF(conn);
     return result;
 }
@@ -642,22 +700,49 @@ Lane_on_message_complete(Lane *self, PyObject *Py_UNUSED(ignored))
     Py_INCREF(conn);
     self->completed |= self->feeding;
     PyObject *result =
-        hand_over(self) < 0 ? NULL : PyObject_CallMethodNoArgs(conn, s_on_message_complete);
+        hand_over(self, conn) < 0 ? NULL : PyObject_CallMethodNoArgs(conn, s_on_message_complete);
     Py_DECREF(conn);
     return result;
 }
 
 /* -- the read callback --------------------------------------------------------------------- */
 
+/* From a read until it has its place (queued for drain(), or in the parser), no Python
+ * code may run here: a collection could run a finalizer, the interpreter hand the GIL to
+ * the stall rescuer's thread, and its pull() queue the read that came after this one
+ * ahead of it. (pull() has the connection's lock for that; this code, its GIL.) */
+typedef struct {
+    int held;
+    int was_enabled;
+} GcWindow;
+
+static void
+gc_hold(GcWindow *window)
+{
+    window->was_enabled = PyGC_Disable();
+    window->held = 1;
+}
+
+static void
+gc_release(GcWindow *window)
+{
+    if (window->held) {
+        window->held = 0;
+        if (window->was_enabled)
+            PyGC_Enable();
+    }
+}
+
 /* Queue a read as pull() does and let drain() handle it. */
 static int
-queue_and_drain(Lane *self, PyObject *conn, long long stamp, PyObject *data)
+queue_and_drain(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcWindow *window)
 {
     PyObject *item = Py_BuildValue("(LO)", stamp, data);
     if (item == NULL)
         return -1;
     PyObject *done = PyObject_CallMethodOneArg(self->pending, s_append, item);
     Py_DECREF(item);
+    gc_release(window);
     if (done == NULL)
         return -1;
     Py_DECREF(done);
@@ -694,7 +779,7 @@ feeds_at_once(Lane *self, PyObject *conn)
 /* Feed one read to the parser, as drain() does for a queue of one; the connection's
  * attributes drain() sets are set only when Python code may read them (hand_over). */
 static int
-feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data)
+feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcWindow *window)
 {
     Py_ssize_t queued = PyObject_Size(self->queued);
     if (queued < 0)
@@ -707,7 +792,11 @@ feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data)
     self->stamp = stamp;
     self->queued_before = queued;
 
-    PyObject *fed = PyObject_CallOneArg(self->feed, data);
+    PyObject *feed = self->feed; /* (held: a close in a callback releases the lane) */
+    Py_INCREF(feed);
+    gc_release(window); /* in the parser, this read is in its place */
+    PyObject *fed = PyObject_CallOneArg(feed, data);
+    Py_DECREF(feed);
     self->feeding = 0;
     int fell_back = self->fell_back, completed = self->completed;
     long takes = self->takes;
@@ -837,34 +926,28 @@ read_socket(Lane *self, PyObject **data, long long *stamp)
     if (n < 0) {
         if (error == EAGAIN || error == EWOULDBLOCK)
             return 0;
-        errno = error;
-        PyErr_SetFromErrno(PyExc_OSError);
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        PyErr_NormalizeException(&type, &value, &traceback);
-        Py_XDECREF(type);
-        Py_XDECREF(traceback);
-        if (value == NULL)
-            return -1;
-        PyObject *text = PyObject_CallOneArg(self->reason, value);
-        Py_DECREF(value);
-        if (text == NULL)
-            return -1;
-        *data = PyUnicode_AsUTF8String(text);
-        Py_DECREF(text);
+        /* pull() queues target.reason(exc): os.strerror(errno), which this is; made here,
+         * with no Python code run before the read is queued (see gc_hold) */
+        *data = PyBytes_FromString(strerror(error));
         *stamp = -1;
         return *data == NULL ? -1 : 2;
     }
+    /* Out of the shared buffer before any other call into Python (one could collect
+     * garbage, and a finalizer run Python code). */
+    *data = PyBytes_FromStringAndSize(read_buffer, n);
+    if (*data == NULL)
+        return -1;
     if (self->kernel && stamped) {
         *stamp = wall + self->offset_ns; /* (WallToClock.to_clock) */
     }
     else {
         *stamp = now_ns();
-        if (self->kernel && n > 0 && add_to_int_attr(self->conn, s_unstamped_reads, 1) < 0)
+        if (self->kernel && n > 0 && add_to_int_attr(self->conn, s_unstamped_reads, 1) < 0) {
+            Py_CLEAR(*data);
             return -1;
+        }
     }
-    *data = PyBytes_FromStringAndSize(read_buffer, n);
-    return *data == NULL ? -1 : 1;
+    return 1;
 }
 
 static PyObject *
@@ -876,6 +959,7 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
     Py_INCREF(conn);
     PyObject *data = NULL;
     int rc = -1;
+    GcWindow window = {0, 0};
 
     if (self->rescuer == NULL) {
         PyObject *rescuer = PyObject_GetAttr(conn, s_rescuer);
@@ -916,6 +1000,7 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
     }
     long long stamp = 0;
     int got;
+    gc_hold(&window);
     int closed = attr_truth(conn, s_closed);
     if (closed != 0)
         got = closed < 0 ? -1 : 0;
@@ -928,14 +1013,16 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
         goto out;
     }
     if (got == 2 || PyBytes_GET_SIZE(data) == 0) {
-        rc = queue_and_drain(self, conn, stamp, data);
+        rc = queue_and_drain(self, conn, stamp, data, &window);
         goto out;
     }
     int now = feeds_at_once(self, conn);
     if (now < 0)
         goto out;
-    rc = now ? feed_now(self, conn, stamp, data) : queue_and_drain(self, conn, stamp, data);
+    rc = now ? feed_now(self, conn, stamp, data, &window)
+             : queue_and_drain(self, conn, stamp, data, &window);
 out:
+    gc_release(&window);
     Py_XDECREF(data);
     Py_DECREF(conn);
     if (rc < 0)
@@ -988,8 +1075,9 @@ Lane_arm(Lane *self, PyObject *args, PyObject *kwargs)
                         "max_event_bytes not negative)");
         return NULL;
     }
-    if (self->conn == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "the lane was released");
+    if (self->conn == NULL || self->taking) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        self->taking ? "the lane is taking a piece" : "the lane was released");
         return NULL;
     }
     if (scrub != Py_None && !PyCallable_Check(scrub)) {
@@ -1038,6 +1126,10 @@ Lane_arm(Lane *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 Lane_disarm(Lane *self, PyObject *Py_UNUSED(ignored))
 {
+    if (self->taking) { /* (from inside a take: its references stay till the next arm) */
+        self->armed = 0;
+        Py_RETURN_NONE;
+    }
     disarm(self);
     Py_RETURN_NONE;
 }
@@ -1087,15 +1179,20 @@ release_all(Lane *self)
     Py_CLEAR(self->conn);
     Py_CLEAR(self->pending);
     Py_CLEAR(self->queued);
-    Py_CLEAR(self->reason);
     Py_CLEAR(self->feed);
     Py_CLEAR(self->rescuer);
     self->in_body = 0;
+    self->release_due = 0;
 }
 
 static PyObject *
 Lane_release(Lane *self, PyObject *Py_UNUSED(ignored))
 {
+    if (self->taking) { /* from inside a take: done at its end (Lane_on_body) */
+        self->armed = 0;
+        self->release_due = 1;
+        Py_RETURN_NONE;
+    }
     release_all(self); /* the records stay until taken */
     Py_RETURN_NONE;
 }
@@ -1117,14 +1214,17 @@ Lane_bind(Lane *self, PyObject *feed)
 static int
 Lane_init(Lane *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"conn", "fd", "kernel", "offset_ns", "pending", "queued", "reason",
-                            NULL};
-    PyObject *conn, *pending, *queued, *reason;
+    static char *names[] = {"conn", "fd", "kernel", "offset_ns", "pending", "queued", NULL};
+    PyObject *conn, *pending, *queued;
     int fd, kernel;
     long long offset_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O$ipLOOO:Lane", names, &conn, &fd, &kernel,
-                                     &offset_ns, &pending, &queued, &reason))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O$ipLOO:Lane", names, &conn, &fd, &kernel,
+                                     &offset_ns, &pending, &queued))
         return -1;
+    if (self->taking) {
+        PyErr_SetString(PyExc_RuntimeError, "the lane is taking a piece");
+        return -1;
+    }
     PyObject *texts = PyList_New(0);
     if (texts == NULL)
         return -1;
@@ -1140,8 +1240,6 @@ Lane_init(Lane *self, PyObject *args, PyObject *kwargs)
     self->pending = pending;
     Py_INCREF(queued);
     self->queued = queued;
-    Py_INCREF(reason);
-    self->reason = reason;
     Py_XSETREF(self->texts, texts);
     self->count = 0;
     return 0;
@@ -1153,7 +1251,6 @@ Lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->conn);
     Py_VISIT(self->pending);
     Py_VISIT(self->queued);
-    Py_VISIT(self->reason);
     Py_VISIT(self->feed);
     Py_VISIT(self->rescuer);
     Py_VISIT(self->attempt);

@@ -172,7 +172,6 @@ class StampedConnection:
                 offset_ns=self._wall.offset_ns if self._wall is not None else 0,
                 pending=self._pending,
                 queued=self._queued,
-                reason=reason,
             )
             callbacks: object = _Callbacks(self, lane)
         else:

@@ -73,8 +73,8 @@ class Lane(Protocol):
 
 
 NativeLane: Callable[..., Lane] | None = None if _native is None else _native.Lane
-"""Makes a :class:`Lane`: ``NativeLane(conn, *, fd, kernel, offset_ns, pending, queued,
-reason)``; None where the extension was not built."""
+"""Makes a :class:`Lane`: ``NativeLane(conn, *, fd, kernel, offset_ns, pending, queued)``;
+None where the extension was not built."""
 
 _MONOTONIC = (
     sys.platform.startswith("linux")
