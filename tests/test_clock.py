@@ -61,3 +61,35 @@ async def test_monotonic_clock_never_wakes_before_the_deadline() -> None:
         deadline = clock.now_ns() + 300_000  # 0.3 ms: below the loop's timer resolution
         await clock.sleep_until(deadline)
         assert clock.now_ns() >= deadline
+
+
+@pytest.mark.asyncio
+async def test_fake_clock_wakes_a_future_at_its_deadline_or_forgets_it_once_done() -> None:
+    clock = FakeClock()
+    loop = asyncio.get_running_loop()
+    late, poked, due = loop.create_future(), loop.create_future(), loop.create_future()
+    clock.wake_at(300, late)
+    clock.wake_at(100, poked)
+    clock.wake_at(0, due)  # already due: resolved on the next turn of the loop
+    poked.set_result(None)  # done by other means before its deadline
+    await asyncio.sleep(0)
+    assert due.done()
+    await clock.advance_to(200)
+    assert not late.done()
+    assert clock.next_deadline == 300  # the poked future is gone from the heap
+    await clock.advance_to(300)
+    assert late.done()
+
+
+@pytest.mark.asyncio
+async def test_monotonic_clock_wakes_a_future_and_can_be_told_not_to() -> None:
+    clock = MonotonicClock()
+    loop = asyncio.get_running_loop()
+    woken, cancelled = loop.create_future(), loop.create_future()
+    start = clock.now_ns()
+    clock.wake_at(start + 5_000_000, woken)
+    clock.wake_at(start + 1_000_000, cancelled)()  # cancelled at once
+    await woken
+    assert clock.now_ns() - start >= 4_000_000  # (within the loop's clock resolution)
+    await asyncio.sleep(0.01)
+    assert not cancelled.done()

@@ -11,6 +11,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["NS_PER_MS", "NS_PER_S", "Clock", "FakeClock", "MonotonicClock"]
@@ -25,6 +26,12 @@ class Clock(Protocol):
     def now_ns(self) -> int: ...
 
     async def sleep_until(self, deadline_ns: int) -> None: ...
+
+    def wake_at(self, deadline_ns: int, future: asyncio.Future[None]) -> Callable[[], None]:
+        """Resolve ``future`` at ``deadline_ns`` unless it is done by then; returns what
+        cancels that. For a waiter that also waits for something else on the same future
+        (the gateway's guard): no task per wait."""
+        ...
 
 
 class MonotonicClock:
@@ -44,6 +51,12 @@ class MonotonicClock:
         while delay > 0:
             await asyncio.sleep(delay / NS_PER_S)
             delay = deadline_ns - time.perf_counter_ns()
+
+    def wake_at(self, deadline_ns: int, future: asyncio.Future[None]) -> Callable[[], None]:
+        # (Like a sleep, it may fire within the loop's clock resolution before the deadline:
+        # a waiter reads the clock when woken.)
+        delay = max(0, deadline_ns - time.perf_counter_ns()) / NS_PER_S
+        return asyncio.get_running_loop().call_later(delay, _resolve, future).cancel
 
 
 class FakeClock:
@@ -70,6 +83,13 @@ class FakeClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (deadline_ns, next(self._order), future))
         await future
+
+    def wake_at(self, deadline_ns: int, future: asyncio.Future[None]) -> Callable[[], None]:
+        if deadline_ns <= self._now:
+            asyncio.get_running_loop().call_soon(_resolve, future)
+        else:
+            heapq.heappush(self._sleepers, (deadline_ns, next(self._order), future))
+        return _nothing  # (a future done by other means is dropped from the heap)
 
     @property
     def next_deadline(self) -> int | None:
@@ -108,6 +128,15 @@ class FakeClock:
     def _drop_cancelled(self) -> None:
         while self._sleepers and self._sleepers[0][2].done():
             heapq.heappop(self._sleepers)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _nothing() -> None:
+    return None
 
 
 async def _settle(rounds: int = 20) -> None:

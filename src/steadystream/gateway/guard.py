@@ -106,12 +106,14 @@ class Guard:
                     hooks.keepalive()
                     next_keepalive = now + self._keepalive_ns
                 wake = min(wake, next_keepalive)
-            self._poke = loop.create_future()
-            sleeper = asyncio.ensure_future(clock.sleep_until(wake))
+            # One future, resolved by the clock at ``wake`` or by a poke, whichever is first:
+            # no task per wait (a guard waits a few times in every stream's life).
+            self._poke = poke = loop.create_future()
+            cancel = clock.wake_at(wake, poke)
             try:
-                await asyncio.wait({sleeper, self._poke}, return_when=asyncio.FIRST_COMPLETED)
+                await poke
             finally:
-                sleeper.cancel()
+                cancel()
                 self._poke = None
 
     def _watch(self, hooks: GuardHooks, watchdog: Watchdog, now: Nanos) -> Nanos | None:
