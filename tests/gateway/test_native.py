@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -136,16 +137,22 @@ class Client:
         return False
 
 
-def scripted(writes: list[bytes], pause_s: float) -> ScriptedServer:
+def scripted(writes: list[bytes], pause_s: float, head_read: threading.Event) -> ScriptedServer:
+    """The head, then (once the relay has read it, as the gateway does before it streams)
+    the body's writes, ``pause_s`` apart: a body error is never the head's."""
+
     def script(peer: socket.socket) -> None:
-        for data in writes:
+        head, *body = writes
+        peer.sendall(head)
+        head_read.wait(5.0)
+        for data in body:
             peer.sendall(data)
             time.sleep(pause_s)
 
     return ScriptedServer(script)
 
 
-async def relay(url: str, *, scrub: Any = None) -> Relayed:
+async def relay(url: str, head_read: threading.Event, *, scrub: Any = None) -> Relayed:
     clock = MonotonicClock()
     conn = await StampedConnection.open(
         Target.from_url(url), clock, StampMode.KERNEL, read_timeout_s=10.0
@@ -167,6 +174,7 @@ async def relay(url: str, *, scrub: Any = None) -> Relayed:
     try:
         await conn.send("POST", {}, b"{}")
         await conn.head()
+        head_read.set()
         attempt.response = conn
         attempt.body = body_reader(conn, "u")
         attempt.watchdog.start(clock.now_ns())
@@ -200,10 +208,12 @@ def both_ways(
     results = []
     for setting in ("1", "0"):
         monkeypatch.setenv("STEADYSTREAM_NATIVE", setting)
-        server = scripted(writes, pause_s)
+        head_read = threading.Event()
+        server = scripted(writes, pause_s, head_read)
         try:
-            results.append(asyncio.run(relay(server.url, scrub=scrub)))
+            results.append(asyncio.run(relay(server.url, head_read, scrub=scrub)))
         finally:
+            head_read.set()
             server.close()
         # (a stream the relay ended early leaves the server writing to a closed socket)
         assert all(isinstance(e, BrokenPipeError | ConnectionResetError) for e in server.errors)

@@ -407,3 +407,90 @@ def test_a_failed_read_is_queued_with_the_words_pull_would_give_it() -> None:
         lane.readable()
         expected = reason(ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)))
         assert drained == [[(-1, expected.encode())]]
+
+
+class _Reading:
+    """A connection stand-in the reactor's lanes read for: what drain() got, in order."""
+
+    def __init__(self, name: str, log: list[tuple[str, bytes]]) -> None:
+        self._rescuer = None
+        self._closed = self._complete = self._stopped = False
+        self._error = self._head = None  # (in its head: the lane queues each read for drain)
+        self.pending: deque[tuple[int, bytes]] = deque()
+        self.name = name
+        self.log = log
+
+    def drain(self) -> None:
+        while self.pending:
+            self.log.append((self.name, self.pending.popleft()[1]))
+
+
+def _reading_lane(conn: _Reading, fd: int) -> Any:
+    make = native.NativeLane
+    assert make is not None
+    lane = make(conn, fd=fd, kernel=False, offset_ns=0, pending=conn.pending, queued=deque())
+    lane.bind(lambda data: None)
+    return lane
+
+
+def test_a_reactor_reads_every_readable_lane_in_one_run_and_only_those() -> None:
+    reactor = native._native.Reactor()  # type: ignore[union-attr]
+    log: list[tuple[str, bytes]] = []
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        for name, (ours, _) in zip("abc", pairs, strict=True):
+            ours.setblocking(False)
+            reactor.add(ours.fileno(), _reading_lane(_Reading(name, log), ours.fileno()))
+        assert reactor.lanes == 3
+        pairs[0][1].send(b"to a")
+        pairs[2][1].send(b"to c")
+        reactor.run()
+        assert sorted(log) == [("a", b"to a"), ("c", b"to c")]
+        reactor.remove(pairs[0][0].fileno())
+        reactor.remove(pairs[0][0].fileno())  # (twice: nothing happens)
+        pairs[0][1].send(b"again")
+        log.clear()
+        reactor.run()
+        assert log == []  # removed: no longer read
+    finally:
+        reactor.close()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+    assert reactor.lanes == 0
+
+
+def test_a_lane_that_stops_another_in_the_same_run_leaves_it_unread() -> None:
+    reactor = native._native.Reactor()  # type: ignore[union-attr]
+    log: list[tuple[str, bytes]] = []
+    (a, a_peer), (b, b_peer) = socket.socketpair(), socket.socketpair()
+    try:
+        for sock in (a, b):
+            sock.setblocking(False)
+
+        class Stopping(_Reading):
+            def drain(self) -> None:
+                super().drain()
+                reactor.remove(a.fileno())
+                reactor.remove(b.fileno())  # whichever came first stops the other
+
+        reactor.add(a.fileno(), _reading_lane(Stopping("a", log), a.fileno()))
+        reactor.add(b.fileno(), _reading_lane(Stopping("b", log), b.fileno()))
+        a_peer.send(b"x")
+        b_peer.send(b"y")
+        reactor.run()
+        assert len(log) == 1  # the other's event in the same batch was dropped
+    finally:
+        reactor.close()
+        for sock in (a, a_peer, b, b_peer):
+            sock.close()
+
+
+def test_a_reactor_takes_only_lanes_and_a_closed_one_refuses_more() -> None:
+    reactor = native._native.Reactor()  # type: ignore[union-attr]
+    with pytest.raises(TypeError):
+        reactor.add(0, object())
+    reactor.close()
+    reactor.run()  # (closed: nothing to read)
+    with pytest.raises(RuntimeError, match="closed"):
+        reactor.add(0, _reading_lane(_Reading("x", []), 0))

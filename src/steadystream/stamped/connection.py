@@ -42,7 +42,7 @@ from steadystream.stamped.kernel import (
     stamp_from_ancillary,
 )
 from steadystream.stamped.modes import StampMode
-from steadystream.stamped.native import Lane, lane_maker
+from steadystream.stamped.native import Lane, lane_maker, reactor_for
 from steadystream.stamped.rescue import StallRescuer
 from steadystream.stamped.target import (
     Resolve,
@@ -390,10 +390,11 @@ class StampedConnection:
         if self._reading or self._closed:
             return
         self._reading = True
-        lane = self.native_lane
-        self._loop.add_reader(
-            self._sock.fileno(), self._on_readable if lane is None else lane.readable
-        )
+        if (lane := self.native_lane) is not None:
+            # The loop's native lanes are read from one descriptor, in one pass per burst.
+            reactor_for(self._loop).add(self._sock.fileno(), lane)
+        else:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
         if self._pending:  # read while paused (by the rescuer): parse it now, not on new bytes
             self._loop.call_soon(self.drain)
         if self._read_timeout_s is not None:
@@ -408,7 +409,10 @@ class StampedConnection:
     def _stop_reading(self) -> None:
         if self._reading:
             self._reading = False
-            self._loop.remove_reader(self._sock.fileno())
+            if self.native_lane is not None:
+                reactor_for(self._loop).remove(self._sock.fileno())
+            else:
+                self._loop.remove_reader(self._sock.fileno())
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

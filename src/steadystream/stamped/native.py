@@ -13,15 +13,25 @@ plaintext connection (TLS is decrypted in Python).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Sized
 from types import ModuleType
 from typing import Any, Protocol
 
-__all__ = ["Lane", "NativeLane", "describe", "lane_maker", "native_module"]
+__all__ = [
+    "Lane",
+    "NativeLane",
+    "Reactor",
+    "describe",
+    "lane_maker",
+    "native_module",
+    "reactor_for",
+]
 
 _native: ModuleType | None
 try:
@@ -87,6 +97,36 @@ def native_module() -> ModuleType | None:
     if _native is None or os.environ.get("STEADYSTREAM_NATIVE", "1") == "0":
         return None
     return _native
+
+
+class Reactor(Protocol):
+    """What the extension's ``Reactor`` is: the native lanes of one event loop, read from one
+    epoll set whose descriptor the loop watches (``_lane.c``)."""
+
+    def add(self, fd: int, lane: Lane, /) -> None: ...
+    def remove(self, fd: int, /) -> None: ...
+    def run(self) -> None: ...
+    def fileno(self) -> int: ...
+    def close(self) -> None: ...
+    @property
+    def lanes(self) -> int: ...
+
+
+_reactors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Reactor] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def reactor_for(loop: asyncio.AbstractEventLoop) -> Reactor:
+    """The loop's reactor, made and watched by the loop the first time (it lives as long
+    as the loop; its descriptor is closed with it)."""
+    reactor = _reactors.get(loop)
+    if reactor is None:
+        assert _native is not None  # (only lanes use it, and lanes come from it)
+        reactor = _native.Reactor()
+        loop.add_reader(reactor.fileno(), reactor.run)
+        _reactors[loop] = reactor
+    return reactor
 
 
 def describe() -> str:
