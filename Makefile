@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REAL := $(VENV)/.real-parts
+LANE := $(VENV)/.native-lane
 
 .PHONY: demo test lint typecheck unit bench clean real-parts system-parts
 
@@ -13,9 +14,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass,ray]'
-	touch $(STAMP)
+	touch $(STAMP) $(LANE)
 
-demo: $(STAMP)
+# The native lane (a C extension, built in place by the editable install): built again when
+# its source or its build changes, so no test runs against an older build of it.
+$(LANE): $(STAMP) setup.py src/steadystream/stamped/_lane.c
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(LANE)
+
+demo: $(STAMP) $(LANE)
 	$(BIN)/steadystream demo
 
 test: lint typecheck unit
@@ -35,7 +42,7 @@ COVERAGE_FLOOR := 95.0
 # The connection and gateway tests run twice: first with the native lane off (the path of
 # every install without a C compiler, docs/performance.md "The native lane"), then the whole
 # suite with it, coverage counted over both.
-unit: $(STAMP) $(REAL)
+unit: $(STAMP) $(LANE) $(REAL)
 	STEADYSTREAM_NATIVE=0 $(BIN)/pytest --cov -q --no-header \
 		tests/stamped tests/gateway --ignore tests/gateway/test_native.py
 	$(BIN)/pytest --cov --cov-append --cov-fail-under=$(COVERAGE_FLOOR)

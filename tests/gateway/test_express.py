@@ -276,7 +276,7 @@ def test_streams_go_out_through_the_lane_whole_and_recorded(
         edges = [sink.edges(f"x{i}") for i in range(3)]
     sent = [t for t in written if t is not None]
     # Most reads went out from the read callback: the Python lane's or the native one's.
-    assert len(sent) + sum(lane.fast_reads for lane in lanes) >= 3 * 12 // 2
+    assert len(sent) + sum(lane.pieces_taken for lane in lanes) >= 3 * 12 // 2
     for streamed, (up, down) in zip(streams, edges, strict=True):
         assert streamed.status == 200
         assert streamed.done

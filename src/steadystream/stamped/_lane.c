@@ -7,20 +7,25 @@
  *
  * What it does, and nothing more:
  *
- * - Lane.readable() is the socket's read callback (loop.add_reader). It reads the socket
- *   as StampedConnection.pull() does (recvmsg with the kernel's receive stamp, or recv and
- *   the monotonic clock) and, when the connection is in its body and nothing waits before
- *   this read, feeds the bytes to the connection's own httptools parser as
+ * - Lane.readable() reads the socket when the loop says it is readable (Reactor.run, which
+ *   the loop calls for every lane of the loop at once). It reads as
+ *   StampedConnection.pull() does (recvmsg with the kernel's receive stamp, or recv and the
+ *   monotonic clock) and, when the connection is in its body and nothing waits before this
+ *   read, feeds the bytes to the connection's own httptools parser as
  *   StampedConnection.drain() would. Any other case goes to the Python code unchanged: the
  *   read is queued as pull() queues it and drain() runs.
  * - Lane.on_body() is the parser's body callback. Once armed (the express lane of one
  *   upstream attempt, gateway/attempt.py), a body piece made only of whole content events
- *   that the client can take now is cut, written to the client's transport as one HTTP/1.1
- *   chunk and recorded here, exactly as the Python lane would have; anything else (a role or
+ *   that the client can take now is cut, written to the client as one HTTP/1.1 chunk
+ *   (straight to its socket where nothing but TCP lies between, else through its transport)
+ *   and recorded here, exactly as the Python lane would have; anything else (a role or
  *   finish chunk, [DONE], a comment, a half event, a busy client) goes to the connection's
  *   Python on_body, before anything was changed.
  * - The records wait here (both edges' times, sizes and texts) until Python takes them
  *   (Lane.take_records), which it does before it reads or adds to the stream's records.
+ *
+ * It holds the GIL throughout and keeps process-wide state (one read buffer, the orjson
+ * function, the collector switched off for a moment): CPython with its GIL only.
  *
  * The Python objects stay the truth: this code reads their attributes (the reader's idle
  * flag, the buffer's queue, the client's write buffer) at each read, as the Python lane
@@ -58,7 +63,7 @@ static PyObject *s_rescuer, *s_loop_work, *s_closed, *s_error, *s_complete, *s_s
     *s_stamp, *s_queueing, *s_unstamped_reads, *s_drain, *s_read_now, *s_let_go, *s_drained,
     *s_feed_failed, *s_on_body, *s_on_message_complete, *s_idle, *s_failure, *s_whole, *s_keep_raw, *s_envelope,
     *s_last_token_ns, *s_busy, *s_append, *s_error_key, *s_usage, *s_choices, *s_object,
-    *s_finish_reason, *s_delta, *s_role, *s_content, *s_text, *s_error_value;
+    *s_finish_reason, *s_delta, *s_role, *s_content, *s_text;
 
 typedef struct {
     PyObject_HEAD
@@ -77,7 +82,6 @@ typedef struct {
     /* the read being fed (feed_now), and what happened in it */
     int feeding;
     int fell_back;        /* Python code got a body piece: it may have changed anything */
-    int completed;        /* the parser called on_message_complete */
     long long stamp;
     long takes;           /* pieces taken in C (conn._taken not counted: see feed_now) */
     long long taken_before; /* conn._taken when Python code first ran in the feed */
@@ -107,12 +111,52 @@ typedef struct {
     int32_t *wire, *text_bytes;
     PyObject *texts;      /* list of str */
     /* what it did, for tests and benchmarks */
-    long long fast_reads, fast_pieces;
+    long long pieces_taken, events_taken;
 } Lane;
 
 static void release_all(Lane *self);
 
 /* -- small helpers ----------------------------------------------------------------------- */
+
+/* The exception being raised, taken aside and put back (PyErr_Fetch/Restore before 3.12,
+ * deprecated since: one object there). */
+#if PY_VERSION_HEX >= 0x030C0000
+static inline PyObject *
+raised_take(void)
+{
+    return PyErr_GetRaisedException();
+}
+
+static inline void
+raised_put(PyObject *exc)
+{
+    PyErr_SetRaisedException(exc);
+}
+#else
+static PyObject *
+raised_take(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+static void
+raised_put(PyObject *exc)
+{
+    if (exc == NULL)
+        return;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+}
+#endif
 
 static inline long long
 now_ns(void)
@@ -181,11 +225,6 @@ int_attr(PyObject *obj, PyObject *name)
     return result;
 }
 
-static PyObject *
-call_method0(PyObject *obj, PyObject *name)
-{
-    return PyObject_CallMethodNoArgs(obj, name);
-}
 
 /* -- records ------------------------------------------------------------------------------ */
 
@@ -248,7 +287,7 @@ utf8_size(PyObject *text)
 
 /* -- the cut: a body piece of whole content events ----------------------------------------- */
 
-/* Borrowed value of key in dict, or NULL (missing or None); -1 in *error on failure. */
+/* Borrowed value of key in dict, or NULL (missing or None); *error set to 1 on failure. */
 static PyObject *
 get(PyObject *dict, PyObject *key, int *error)
 {
@@ -277,7 +316,7 @@ content_text(PyObject *obj)
     if (error)
         return NULL;
     if (what != NULL && PyUnicode_CheckExact(what) &&
-        PyUnicode_Compare(what, s_error_value) == 0)
+        PyUnicode_Compare(what, s_error_key) == 0)
         return NULL;
     PyObject *choice = PyList_GET_ITEM(choices, 0);
     if (!PyDict_CheckExact(choice))
@@ -393,7 +432,7 @@ may_take(Lane *self)
         return 0; /* records of an earlier read are on their way: these must follow them */
     if (self->feeding && !self->fell_back) {
         /* Nothing but this code ran since feed_now looked: the connection is as it was. */
-        if (self->completed || self->queued_before)
+        if (self->queued_before)
             return 0;
     }
     else {
@@ -512,21 +551,24 @@ write_rest(Client *client, const char *head, Py_ssize_t head_size, PyObject *bod
 /* Write body to the client as one chunk; 0 done, -1 error. The transport holds nothing
  * (client_free): on a plain TCP connection the frame goes to its socket at once, and only
  * what the socket did not take goes through the transport, after it; else all of it does. */
+/* The body as it may go out: keys hidden (None, an error set, on failure). */
+static PyObject *
+scrubbed(Client *client, PyObject *body)
+{
+    if (client->scrub == Py_None)
+        return Py_NewRef(body);
+    PyObject *out = PyObject_CallOneArg(client->scrub, body);
+    if (out != NULL && !PyBytes_Check(out)) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "the scrubber must return bytes");
+        return NULL;
+    }
+    return out;
+}
+
 static int
 write_chunk(Client *client, PyObject *body)
 {
-    PyObject *scrubbed = NULL;
-    if (client->scrub != Py_None) {
-        scrubbed = PyObject_CallOneArg(client->scrub, body);
-        if (scrubbed == NULL)
-            return -1;
-        if (!PyBytes_Check(scrubbed)) {
-            Py_DECREF(scrubbed);
-            PyErr_SetString(PyExc_TypeError, "the scrubber must return bytes");
-            return -1;
-        }
-        body = scrubbed;
-    }
     Py_ssize_t size = PyBytes_GET_SIZE(body);
     char head[24];
     int head_size = 0;
@@ -559,11 +601,9 @@ write_chunk(Client *client, PyObject *body)
         /* (an error is the transport's to meet and report: it gets the whole frame) */
         sent = n > 0 ? n : 0;
     }
-    int rc = 0;
     if (sent < head_size + size + 2)
-        rc = write_rest(client, head, head_size, body, sent);
-    Py_XDECREF(scrubbed);
-    return rc;
+        return write_rest(client, head, head_size, body, sent);
+    return 0;
 }
 
 /* Take body whole: 1 taken, 0 not this lane's (nothing changed), -1 error. */
@@ -593,17 +633,23 @@ take(Lane *self, PyObject *body)
     Py_INCREF(conn);
     Client client;
     client_hold(self, &client);
+    PyObject *out = NULL;
     long long stamp = self->feeding ? self->stamp : int_attr(conn, s_stamp);
     if (stamp == -1 && PyErr_Occurred())
+        goto error;
+    if (grow(self, count) < 0)
+        goto error;
+    /* Scrubbed first: from the look at the client's connection to the write no Python code
+     * runs (code that closed it would free its descriptor for another client's). */
+    out = scrubbed(&client, body);
+    if (out == NULL)
         goto error;
     ok = client_free(&client);
     if (ok != 1) {
         result = ok;
         goto done;
     }
-    if (grow(self, count) < 0)
-        goto error;
-    if (write_chunk(&client, body) < 0)
+    if (write_chunk(&client, out) < 0)
         goto error;
     long long sent = now_ns();
     for (int i = 0; i < count; i++) {
@@ -619,8 +665,8 @@ take(Lane *self, PyObject *body)
         }
     }
     self->count += count;
-    self->fast_reads++;
-    self->fast_pieces += count;
+    self->pieces_taken++;
+    self->events_taken += count;
     if (self->feeding)
         self->takes++; /* feed_now accounts for it */
     else if (add_to_int_attr(conn, s_taken, 1) < 0)
@@ -630,6 +676,7 @@ take(Lane *self, PyObject *body)
 error:
     result = -1;
 done:
+    Py_XDECREF(out);
     client_let_go(&client);
     Py_DECREF(conn);
     for (int i = 0; i < count; i++)
@@ -640,7 +687,7 @@ done:
 /* Python code is about to run inside feed_now: give the connection the state drain()
  * would have given it (the read's stamp, and that a drain runs). */
 static int
-hand_over(Lane *self, PyObject *conn)
+before_python(Lane *self, PyObject *conn)
 {
     if (!self->feeding)
         return 0;
@@ -686,7 +733,7 @@ Lane_on_body(Lane *self, PyObject *body)
     }
     if (self->conn == NULL) /* released meanwhile: the connection let go of its parser too */
         result = Py_NewRef(Py_None);
-    else if (hand_over(self, conn) == 0)
+    else if (before_python(self, conn) == 0)
         result = PyObject_CallMethodOneArg(conn, s_on_body, body);
 out:
     Py_DECREF(conn);
@@ -700,9 +747,8 @@ Lane_on_message_complete(Lane *self, PyObject *Py_UNUSED(ignored))
         Py_RETURN_NONE;
     PyObject *conn = self->conn;
     Py_INCREF(conn);
-    self->completed |= self->feeding;
     PyObject *result =
-        hand_over(self, conn) < 0 ? NULL : PyObject_CallMethodNoArgs(conn, s_on_message_complete);
+        before_python(self, conn) < 0 ? NULL : PyObject_CallMethodNoArgs(conn, s_on_message_complete);
     Py_DECREF(conn);
     return result;
 }
@@ -712,7 +758,9 @@ Lane_on_message_complete(Lane *self, PyObject *Py_UNUSED(ignored))
 /* From a read until it has its place (queued for drain(), or in the parser), no Python
  * code may run here: a collection could run a finalizer, the interpreter hand the GIL to
  * the stall rescuer's thread, and its pull() queue the read that came after this one
- * ahead of it. (pull() has the connection's lock for that; this code, its GIL.) */
+ * ahead of it. (pull() has the connection's lock for that; this code, its GIL.) Python
+ * 3.11 collects on an allocation; 3.12 and later wait for the next bytecode, which none
+ * runs here: there the hold costs two flag writes and guards nothing more. */
 typedef struct {
     int held;
     int was_enabled;
@@ -748,7 +796,7 @@ queue_and_drain(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcW
     if (done == NULL)
         return -1;
     Py_DECREF(done);
-    done = call_method0(conn, s_drain);
+    done = PyObject_CallMethodNoArgs(conn, s_drain);
     if (done == NULL)
         return -1;
     Py_DECREF(done);
@@ -779,17 +827,14 @@ feeds_at_once(Lane *self, PyObject *conn)
 }
 
 /* Feed one read to the parser, as drain() does for a queue of one; the connection's
- * attributes drain() sets are set only when Python code may read them (hand_over). */
+ * attributes drain() sets are set only when Python code may read them (before_python). */
 static int
-feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcWindow *window)
+feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data, Py_ssize_t queued,
+         GcWindow *window)
 {
-    Py_ssize_t queued = PyObject_Size(self->queued);
-    if (queued < 0)
-        return -1;
     self->last_activity = now_ns() / 1e9;
     self->feeding = 1;
     self->fell_back = 0;
-    self->completed = 0;
     self->takes = 0;
     self->stamp = stamp;
     self->queued_before = queued;
@@ -800,50 +845,39 @@ feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcWindow *
     PyObject *fed = PyObject_CallOneArg(feed, data);
     Py_DECREF(feed);
     self->feeding = 0;
-    int fell_back = self->fell_back, completed = self->completed;
+    int fell_back = self->fell_back; /* (on_message_complete falls back too) */
     long takes = self->takes;
-    PyObject *type = NULL, *value = NULL, *traceback = NULL;
+    PyObject *feed_error = NULL;
     if (fed == NULL) {
-        PyErr_Fetch(&type, &value, &traceback);
-        PyErr_NormalizeException(&type, &value, &traceback);
-        if (traceback != NULL && value != NULL)
-            PyException_SetTraceback(value, traceback);
+        feed_error = raised_take();
     }
     else {
         Py_DECREF(fed);
-        if (!fell_back && !completed && takes > 0)
+        if (!fell_back && takes > 0)
             return 0; /* the common case: every piece went to the client from here */
     }
     /* Else as drain() goes on: the connection learns what it has not seen yet. */
     PyObject *stamp_obj = PyLong_FromLongLong(stamp);
     int failed = stamp_obj == NULL || PyObject_SetAttr(conn, s_stamp, stamp_obj) < 0;
     Py_XDECREF(stamp_obj);
-    if (!failed && value != NULL) {
-        PyObject *done = PyObject_CallMethodOneArg(conn, s_feed_failed, value);
+    if (!failed && feed_error != NULL) {
+        PyObject *done = PyObject_CallMethodOneArg(conn, s_feed_failed, feed_error);
         if (done == NULL)
             failed = 1; /* raised again, as drain() would: kept for after the clean-up */
         else
             Py_DECREF(done);
     }
-    else if (!failed && type != NULL) {
-        failed = 1; /* (an exception with no value: cannot happen once normalized) */
-        PyErr_SetString(PyExc_SystemError, "the parser failed without an exception");
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(traceback);
+    Py_XDECREF(feed_error);
 
     /* drain()'s finally */
-    PyObject *raised_type = NULL, *raised_value = NULL, *raised_tb = NULL;
-    if (failed)
-        PyErr_Fetch(&raised_type, &raised_value, &raised_tb);
+    PyObject *raised = failed ? raised_take() : NULL;
     int clean = fell_back ? set_bool(conn, s_draining, 0) : 0;
     if (clean == 0) {
         int closed = attr_truth(conn, s_closed);
         if (closed < 0)
             clean = -1;
         else if (closed) {
-            PyObject *done = call_method0(conn, s_let_go);
+            PyObject *done = PyObject_CallMethodNoArgs(conn, s_let_go);
             if (done == NULL)
                 clean = -1;
             else
@@ -851,14 +885,10 @@ feed_now(Lane *self, PyObject *conn, long long stamp, PyObject *data, GcWindow *
         }
     }
     if (failed) {
-        if (clean < 0) {
-            Py_XDECREF(raised_type);
-            Py_XDECREF(raised_value);
-            Py_XDECREF(raised_tb);
-        }
-        else {
-            PyErr_Restore(raised_type, raised_value, raised_tb);
-        }
+        if (clean < 0)
+            Py_XDECREF(raised); /* (the clean-up's own error is the one raised) */
+        else
+            raised_put(raised);
         return -1;
     }
     if (clean < 0)
@@ -944,10 +974,9 @@ read_socket(Lane *self, PyObject **data, long long *stamp)
     }
     else {
         *stamp = now_ns();
-        if (self->kernel && n > 0 && add_to_int_attr(self->conn, s_unstamped_reads, 1) < 0) {
-            Py_CLEAR(*data);
-            return -1;
-        }
+        /* (a count for the record: failing to keep it must not lose the read) */
+        if (self->kernel && n > 0 && add_to_int_attr(self->conn, s_unstamped_reads, 1) < 0)
+            PyErr_WriteUnraisable(self->conn);
     }
     return 1;
 }
@@ -980,7 +1009,7 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
     if (waiting < 0)
         goto out;
     if (waiting > 0) { /* the rescuer's reads come first: Python keeps their order */
-        PyObject *done = call_method0(conn, s_read_now);
+        PyObject *done = PyObject_CallMethodNoArgs(conn, s_read_now);
         if (done == NULL)
             goto out;
         Py_DECREF(done);
@@ -993,7 +1022,7 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
      * way), or it could overtake the rescuer's. Else no pull() can start before this read
      * is queued or parsed: this code holds the GIL throughout its recvmsg. */
     if (self->pulling) {
-        PyObject *done = call_method0(conn, s_read_now);
+        PyObject *done = PyObject_CallMethodNoArgs(conn, s_read_now);
         if (done == NULL)
             goto out;
         Py_DECREF(done);
@@ -1019,9 +1048,22 @@ Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
         goto out;
     }
     int now = feeds_at_once(self, conn);
-    if (now < 0)
+    Py_ssize_t queued = now > 0 ? PyObject_Size(self->queued) : 0;
+    if (now < 0 || queued < 0) {
+        /* The read is out of the socket: it is queued for drain() whatever failed here. */
+        PyObject *raised = raised_take();
+        PyObject *item = Py_BuildValue("(LO)", stamp, data);
+        PyObject *done = NULL;
+        if (item != NULL)
+            done = PyObject_CallMethodOneArg(self->pending, s_append, item);
+        Py_XDECREF(item);
+        Py_XDECREF(done);
+        if (done == NULL)
+            PyErr_WriteUnraisable(conn); /* (no memory even for that: the read is lost) */
+        raised_put(raised);
         goto out;
-    rc = now ? feed_now(self, conn, stamp, data, &window)
+    }
+    rc = now ? feed_now(self, conn, stamp, data, queued, &window)
              : queue_and_drain(self, conn, stamp, data, &window);
 out:
     gc_release(&window);
@@ -1305,12 +1347,6 @@ Lane_set_pulling(Lane *self, PyObject *value, void *Py_UNUSED(closure))
 }
 
 static PyObject *
-Lane_get_pending_records(Lane *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(self->count);
-}
-
-static PyObject *
 Lane_get_last_activity(Lane *self, void *Py_UNUSED(closure))
 {
     return PyFloat_FromDouble(self->last_activity);
@@ -1323,15 +1359,15 @@ Lane_get_armed(Lane *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
-Lane_get_fast_reads(Lane *self, void *Py_UNUSED(closure))
+Lane_get_pieces_taken(Lane *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromLongLong(self->fast_reads);
+    return PyLong_FromLongLong(self->pieces_taken);
 }
 
 static PyObject *
-Lane_get_fast_pieces(Lane *self, void *Py_UNUSED(closure))
+Lane_get_events_taken(Lane *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromLongLong(self->fast_pieces);
+    return PyLong_FromLongLong(self->events_taken);
 }
 
 static PyMethodDef Lane_methods[] = {
@@ -1360,13 +1396,12 @@ static PyMethodDef Lane_methods[] = {
 static PyGetSetDef Lane_getset[] = {
     {"pulling", (getter)Lane_get_pulling, (setter)Lane_set_pulling,
      "StampedConnection.pull() is reading the socket: read through it meanwhile.", NULL},
-    {"pending_records", (getter)Lane_get_pending_records, NULL, "Records not taken yet.", NULL},
     {"last_activity", (getter)Lane_get_last_activity, NULL,
      "When it last fed a read to the parser (CLOCK_MONOTONIC seconds, the loop's clock).",
      NULL},
     {"armed", (getter)Lane_get_armed, NULL, "Whether it takes body pieces.", NULL},
-    {"fast_reads", (getter)Lane_get_fast_reads, NULL, "Body pieces it took.", NULL},
-    {"fast_pieces", (getter)Lane_get_fast_pieces, NULL, "Events in the pieces it took.", NULL},
+    {"pieces_taken", (getter)Lane_get_pieces_taken, NULL, "Body pieces it took whole.", NULL},
+    {"events_taken", (getter)Lane_get_events_taken, NULL, "Events in the pieces it took.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1480,7 +1515,7 @@ Reactor_run(Reactor *self, PyObject *Py_UNUSED(ignored))
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
-    PyObject *type = NULL, *value = NULL, *traceback = NULL;
+    PyObject *first_error = NULL;
     for (int i = 0; i < n; i++) {
         PyObject *key = PyLong_FromLong(events[i].data.fd);
         if (key == NULL)
@@ -1503,13 +1538,13 @@ Reactor_run(Reactor *self, PyObject *Py_UNUSED(ignored))
         }
     failed:
         /* One lane's error is the loop's to report; the other lanes are still read. */
-        if (type == NULL)
-            PyErr_Fetch(&type, &value, &traceback);
+        if (first_error == NULL)
+            first_error = raised_take();
         else
             PyErr_WriteUnraisable((PyObject *)self);
     }
-    if (type != NULL) {
-        PyErr_Restore(type, value, traceback);
+    if (first_error != NULL) {
+        raised_put(first_error);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -1574,7 +1609,7 @@ static PyMethodDef Reactor_methods[] = {
 };
 
 static PyGetSetDef Reactor_getset[] = {
-    {"lanes", (getter)Reactor_len, NULL, "How many sockets it reads.", NULL},
+    {"watched", (getter)Reactor_len, NULL, "How many sockets it reads.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1645,7 +1680,6 @@ PyInit__lane(void)
     INTERN(s_role, "role");
     INTERN(s_content, "content");
     INTERN(s_text, "text");
-    INTERN(s_error_value, "error");
 
     PyObject *orjson = PyImport_ImportModule("orjson");
     if (orjson == NULL)

@@ -73,13 +73,11 @@ class Lane(Protocol):
     @property
     def last_activity(self) -> float: ...
     @property
-    def pending_records(self) -> int: ...
-    @property
     def armed(self) -> bool: ...
     @property
-    def fast_reads(self) -> int: ...
+    def pieces_taken(self) -> int: ...
     @property
-    def fast_pieces(self) -> int: ...
+    def events_taken(self) -> int: ...
 
 
 NativeLane: Callable[..., Lane] | None = None if _native is None else _native.Lane
@@ -109,9 +107,11 @@ class Reactor(Protocol):
     def fileno(self) -> int: ...
     def close(self) -> None: ...
     @property
-    def lanes(self) -> int: ...
+    def watched(self) -> int: ...
 
 
+# One reactor per event loop, as one stall rescuer (rescue.py): what they serve belongs to
+# the loop, not to any one connection that could own them; they go with the loop.
 _reactors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Reactor] = (
     weakref.WeakKeyDictionary()
 )
@@ -131,6 +131,8 @@ def reactor_for(loop: asyncio.AbstractEventLoop) -> Reactor:
 
 def describe() -> str:
     """Which lane relays, in words (the gateway says so when it starts)."""
+    if not _MONOTONIC:
+        return "the Python lane (the native lane is built and used on Linux only)"
     if _native is None:
         return "the Python lane (the native lane was not built: it needs a C compiler at install)"
     if native_module() is None:
