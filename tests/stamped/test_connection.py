@@ -186,6 +186,23 @@ def test_read_timeout(serve: Serve) -> None:
     assert time.monotonic() - started < 0.45
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_body_that_keeps_coming_never_times_out(serve: Serve, mode: StampMode) -> None:
+    # Reads 50 ms apart for 0.5 s, under a 0.2 s read timeout: each read counts as activity,
+    # whichever lane read it (the native lane feeds reads itself and keeps their time).
+    def dribble(peer: socket.socket) -> None:
+        peer.sendall(SSE_HEAD)
+        for i in range(10):
+            time.sleep(0.05)
+            peer.sendall(chunked(b"data: %d\n\n" % i))
+        peer.sendall(b"0\r\n\r\n")
+
+    server = serve(dribble)
+    status, _, pieces = asyncio.run(exchange(server.url, mode, read_timeout_s=0.2))
+    assert status == 200
+    assert b"".join(data for _, data in pieces) == b"".join(b"data: %d\n\n" % i for i in range(10))
+
+
 def test_bytes_that_are_not_http(serve: Serve) -> None:
     server = serve(lambda peer: peer.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"))
     with pytest.raises(ProtocolError, match=r"not valid HTTP/1\.1"):
