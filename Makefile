@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The native lane (a C extension, built in place by the editable install): built again when
 # its source or its build changes, so no test runs against an older build of it.
-$(LANE): $(STAMP) setup.py src/steadystream/stamped/_lane.c
+$(LANE): $(STAMP) setup.py $(wildcard src/steadystream/stamped/_lane*.[ch])
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(LANE)
 

@@ -17,8 +17,20 @@ if sys.platform.startswith("linux"):
     extensions.append(
         Extension(
             "steadystream.stamped._lane",
-            sources=["src/steadystream/stamped/_lane.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            sources=[
+                "src/steadystream/stamped/_lane.c",
+                "src/steadystream/stamped/_lane_cut.c",
+                "src/steadystream/stamped/_lane_reactor.c",
+            ],
+            depends=["src/steadystream/stamped/_lane.h"],
+            extra_compile_args=[
+                "-O2",
+                "-std=c11",
+                "-fvisibility=hidden",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+            ],
             optional=True,
         )
     )

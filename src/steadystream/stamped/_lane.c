@@ -33,18 +33,7 @@
  */
 
 #define _GNU_SOURCE /* memmem */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
-#include <errno.h>
-#include <stdint.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <sys/types.h>
-#include <sys/uio.h>
-#include <time.h>
+#include "_lane.h"
 
 #define READ_SIZE (1 << 16)
 #ifndef SO_TIMESTAMPNS
@@ -55,15 +44,16 @@
  * on_body, never readable), so one buffer serves every lane of the process. */
 static char read_buffer[READ_SIZE];
 
-static PyObject *orjson_loads;
+PyObject *orjson_loads;
 
-/* interned attribute names */
+/* interned attribute names (the chunk's keys shared with _lane_cut.c) */
+PyObject *s_error_key, *s_usage, *s_choices, *s_object, *s_finish_reason, *s_delta, *s_role,
+    *s_content, *s_text;
 static PyObject *s_rescuer, *s_loop_work, *s_closed, *s_error, *s_complete, *s_stopped,
     *s_head, *s_sink, *s_parser, *s_taken, *s_draining,
     *s_stamp, *s_queueing, *s_unstamped_reads, *s_drain, *s_read_now, *s_let_go, *s_drained,
     *s_feed_failed, *s_on_body, *s_on_message_complete, *s_idle, *s_failure, *s_whole, *s_keep_raw, *s_envelope,
-    *s_last_token_ns, *s_busy, *s_append, *s_error_key, *s_usage, *s_choices, *s_object,
-    *s_finish_reason, *s_delta, *s_role, *s_content, *s_text;
+    *s_last_token_ns, *s_busy, *s_append;
 
 typedef struct {
     PyObject_HEAD
@@ -118,45 +108,6 @@ static void release_all(Lane *self);
 
 /* -- small helpers ----------------------------------------------------------------------- */
 
-/* The exception being raised, taken aside and put back (PyErr_Fetch/Restore before 3.12,
- * deprecated since: one object there). */
-#if PY_VERSION_HEX >= 0x030C0000
-static inline PyObject *
-raised_take(void)
-{
-    return PyErr_GetRaisedException();
-}
-
-static inline void
-raised_put(PyObject *exc)
-{
-    PyErr_SetRaisedException(exc);
-}
-#else
-static PyObject *
-raised_take(void)
-{
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (type == NULL)
-        return NULL;
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (traceback != NULL && value != NULL)
-        PyException_SetTraceback(value, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-}
-
-static void
-raised_put(PyObject *exc)
-{
-    if (exc == NULL)
-        return;
-    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    Py_DECREF(exc);
-}
-#endif
 
 static inline long long
 now_ns(void)
@@ -259,164 +210,6 @@ fail:
     return -1;
 }
 
-/* UTF-8 size of a str, as len(text.encode()); -1: it holds a surrogate (encode would fail) */
-static Py_ssize_t
-utf8_size(PyObject *text)
-{
-    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
-    if (PyUnicode_IS_ASCII(text))
-        return length;
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t size = 0;
-    for (Py_ssize_t i = 0; i < length; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 0x80)
-            size += 1;
-        else if (c < 0x800)
-            size += 2;
-        else if (c >= 0xD800 && c <= 0xDFFF)
-            return -1;
-        else if (c < 0x10000)
-            size += 3;
-        else
-            size += 4;
-    }
-    return size;
-}
-
-/* -- the cut: a body piece of whole content events ----------------------------------------- */
-
-/* Borrowed value of key in dict, or NULL (missing or None); *error set to 1 on failure. */
-static PyObject *
-get(PyObject *dict, PyObject *key, int *error)
-{
-    PyObject *value = PyDict_GetItemWithError(dict, key);
-    if (value == NULL && PyErr_Occurred())
-        *error = 1;
-    return value == Py_None ? NULL : value;
-}
-
-/* The text of the common content chunk (gateway/events.py _content_piece), borrowed from
- * obj; NULL for any other shape (no error set) or on error (error set). */
-static PyObject *
-content_text(PyObject *obj)
-{
-    int error = 0;
-    if (!PyDict_CheckExact(obj))
-        return NULL;
-    if (get(obj, s_error_key, &error) != NULL || error)
-        return NULL;
-    if (get(obj, s_usage, &error) != NULL || error)
-        return NULL;
-    PyObject *choices = get(obj, s_choices, &error);
-    if (error || choices == NULL || !PyList_CheckExact(choices) || PyList_GET_SIZE(choices) != 1)
-        return NULL;
-    PyObject *what = get(obj, s_object, &error);
-    if (error)
-        return NULL;
-    if (what != NULL && PyUnicode_CheckExact(what) &&
-        PyUnicode_Compare(what, s_error_key) == 0)
-        return NULL;
-    PyObject *choice = PyList_GET_ITEM(choices, 0);
-    if (!PyDict_CheckExact(choice))
-        return NULL;
-    if (get(choice, s_finish_reason, &error) != NULL || error)
-        return NULL;
-    PyObject *delta = get(choice, s_delta, &error);
-    if (error)
-        return NULL;
-    PyObject *text;
-    if (delta != NULL && PyDict_CheckExact(delta)) {
-        Py_ssize_t keys = PyDict_GET_SIZE(delta);
-        if (keys != 1) {
-            int has_role = keys == 2 ? PyDict_Contains(delta, s_role) : 0;
-            if (has_role < 0 || !has_role)
-                return NULL;
-        }
-        text = get(delta, s_content, &error);
-    }
-    else if (delta == NULL) { /* the completions shape */
-        text = get(choice, s_text, &error);
-    }
-    else {
-        return NULL;
-    }
-    if (error || text == NULL || !PyUnicode_CheckExact(text) || PyUnicode_GET_LENGTH(text) == 0)
-        return NULL;
-    return text;
-}
-
-typedef struct {
-    PyObject *text; /* new reference */
-    int32_t wire;
-    int32_t text_bytes;
-} Cut;
-
-#define MAX_CUTS 256 /* events in one body piece the lane takes; more goes to Python */
-
-/* Cut body into content events, as EventCutter._feed_whole would: the number of events
- * (cuts filled, texts owned by the caller), 0 when the piece is not that, -1 on error. */
-static int
-cut_body(const char *data, Py_ssize_t size, Cut *cuts)
-{
-    Py_ssize_t offset = 0;
-    int count = 0;
-    while (offset < size) {
-        const char *start = data + offset;
-        const char *end = memmem(start, size - offset, "\n\n", 2);
-        if (end == NULL || count == MAX_CUTS)
-            goto decline;
-        Py_ssize_t length = end - start;
-        if (length < 5 || memcmp(start, "data:", 5) != 0 || memchr(start, '\n', length) != NULL)
-            goto decline;
-        const char *payload = start + 5;
-        Py_ssize_t payload_size = length - 5;
-        if (payload_size > 0 && payload[0] == ' ') {
-            payload++;
-            payload_size--;
-        }
-        if (payload_size == 0 || payload[0] != '{')
-            goto decline; /* [DONE], or what is not a chunk: Python's */
-        PyObject *raw = PyBytes_FromStringAndSize(payload, payload_size);
-        if (raw == NULL)
-            goto error;
-        PyObject *obj = PyObject_CallOneArg(orjson_loads, raw);
-        Py_DECREF(raw);
-        if (obj == NULL) {
-            PyErr_Clear(); /* not JSON: the general path says what is wrong with it */
-            goto decline;
-        }
-        PyObject *text = content_text(obj);
-        if (text == NULL) {
-            Py_DECREF(obj);
-            if (PyErr_Occurred())
-                goto error;
-            goto decline;
-        }
-        Py_ssize_t text_bytes = utf8_size(text);
-        if (text_bytes < 0 || length + 2 > INT32_MAX || text_bytes > INT32_MAX) {
-            Py_DECREF(obj);
-            goto decline;
-        }
-        Py_INCREF(text);
-        Py_DECREF(obj);
-        cuts[count].text = text;
-        cuts[count].wire = (int32_t)(length + 2);
-        cuts[count].text_bytes = (int32_t)text_bytes;
-        count++;
-        offset += length + 2;
-    }
-    return count;
-decline:
-    for (int i = 0; i < count; i++)
-        Py_DECREF(cuts[i].text);
-    return 0;
-error:
-    for (int i = 0; i < count; i++)
-        Py_DECREF(cuts[i].text);
-    return -1;
-}
 
 /* -- the express lane ---------------------------------------------------------------------- */
 
@@ -981,9 +774,10 @@ read_socket(Lane *self, PyObject **data, long long *stamp)
     return 1;
 }
 
-static PyObject *
-Lane_readable(Lane *self, PyObject *Py_UNUSED(ignored))
+PyObject *
+Lane_readable(PyObject *lane, PyObject *Py_UNUSED(ignored))
 {
+    Lane *self = (Lane *)lane;
     PyObject *conn = self->conn;
     if (conn == NULL || self->feed == NULL)
         Py_RETURN_NONE; /* released: the connection is closed */
@@ -1405,7 +1199,7 @@ static PyGetSetDef Lane_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject LaneType = {
+PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "steadystream.stamped._lane.Lane",
     .tp_basicsize = sizeof(Lane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -1417,213 +1211,6 @@ static PyTypeObject LaneType = {
     .tp_clear = (inquiry)Lane_clear,
     .tp_methods = Lane_methods,
     .tp_getset = Lane_getset,
-};
-
-/* -- the reactor: every lane of one event loop behind one descriptor ----------------------- */
-
-/* One epoll set holds the sockets of a loop's native lanes; the loop watches its descriptor
- * (loop.add_reader) and calls run(), which reads every lane that is readable in one pass.
- * The loop's own way costs a callback through it per socket and per read; a burst of reads
- * (an engine step makes every stream readable at once) costs one here. */
-typedef struct {
-    PyObject_HEAD
-    int epfd;
-    PyObject *lanes; /* dict: fd -> Lane */
-} Reactor;
-
-#define REACTOR_BATCH 512
-
-static PyObject *
-Reactor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Reactor() takes no arguments");
-        return NULL;
-    }
-    Reactor *self = (Reactor *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->epfd = -1;
-    self->lanes = PyDict_New();
-    if (self->lanes == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    self->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (self->epfd < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static PyObject *
-Reactor_add(Reactor *self, PyObject *args)
-{
-    int fd;
-    PyObject *lane;
-    if (!PyArg_ParseTuple(args, "iO!:add", &fd, &LaneType, &lane))
-        return NULL;
-    if (self->epfd < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "the reactor is closed");
-        return NULL;
-    }
-    struct epoll_event event;
-    memset(&event, 0, sizeof event);
-    event.events = EPOLLIN;
-    event.data.fd = fd;
-    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &event) < 0) {
-        if (errno != EEXIST || epoll_ctl(self->epfd, EPOLL_CTL_MOD, fd, &event) < 0)
-            return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    PyObject *key = PyLong_FromLong(fd);
-    if (key == NULL)
-        return NULL;
-    int rc = PyDict_SetItem(self->lanes, key, lane);
-    Py_DECREF(key);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Reactor_remove(Reactor *self, PyObject *arg)
-{
-    int fd = PyLong_AsLong(arg);
-    if (fd == -1 && PyErr_Occurred())
-        return NULL;
-    if (self->epfd >= 0)
-        epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL); /* (ENOENT, EBADF: not there) */
-    if (PyDict_DelItem(self->lanes, arg) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError))
-            return NULL;
-        PyErr_Clear();
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Reactor_run(Reactor *self, PyObject *Py_UNUSED(ignored))
-{
-    if (self->epfd < 0)
-        Py_RETURN_NONE;
-    struct epoll_event events[REACTOR_BATCH];
-    int n;
-    do {
-        n = epoll_wait(self->epfd, events, REACTOR_BATCH, 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    PyObject *first_error = NULL;
-    for (int i = 0; i < n; i++) {
-        PyObject *key = PyLong_FromLong(events[i].data.fd);
-        if (key == NULL)
-            goto failed;
-        /* Looked up now: a lane read before this one may have stopped this one's reading
-         * (and its descriptor been reused): an event for a socket no lane reads is dropped. */
-        PyObject *lane = PyDict_GetItemWithError(self->lanes, key);
-        Py_DECREF(key);
-        if (lane == NULL) {
-            if (PyErr_Occurred())
-                goto failed;
-            continue;
-        }
-        Py_INCREF(lane);
-        PyObject *done = Lane_readable((Lane *)lane, NULL);
-        Py_DECREF(lane);
-        if (done != NULL) {
-            Py_DECREF(done);
-            continue;
-        }
-    failed:
-        /* One lane's error is the loop's to report; the other lanes are still read. */
-        if (first_error == NULL)
-            first_error = raised_take();
-        else
-            PyErr_WriteUnraisable((PyObject *)self);
-    }
-    if (first_error != NULL) {
-        raised_put(first_error);
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Reactor_fileno(Reactor *self, PyObject *Py_UNUSED(ignored))
-{
-    return PyLong_FromLong(self->epfd);
-}
-
-static PyObject *
-Reactor_close(Reactor *self, PyObject *Py_UNUSED(ignored))
-{
-    if (self->epfd >= 0) {
-        close(self->epfd);
-        self->epfd = -1;
-    }
-    PyDict_Clear(self->lanes);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Reactor_len(Reactor *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(self->lanes));
-}
-
-static int
-Reactor_traverse(Reactor *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->lanes);
-    return 0;
-}
-
-static int
-Reactor_clear(Reactor *self)
-{
-    Py_CLEAR(self->lanes);
-    return 0;
-}
-
-static void
-Reactor_dealloc(Reactor *self)
-{
-    PyObject_GC_UnTrack(self);
-    if (self->epfd >= 0)
-        close(self->epfd);
-    Reactor_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMethodDef Reactor_methods[] = {
-    {"add", (PyCFunction)Reactor_add, METH_VARARGS,
-     "add(fd, lane): read fd with the lane whenever it is readable (level-triggered)."},
-    {"remove", (PyCFunction)Reactor_remove, METH_O, "Stop reading fd (whatever its lane)."},
-    {"run", (PyCFunction)Reactor_run, METH_NOARGS,
-     "The loop's reader callback: read every readable lane once."},
-    {"fileno", (PyCFunction)Reactor_fileno, METH_NOARGS, "The descriptor the loop watches."},
-    {"close", (PyCFunction)Reactor_close, METH_NOARGS, "Close it, and forget every lane."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef Reactor_getset[] = {
-    {"watched", (getter)Reactor_len, NULL, "How many sockets it reads.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject ReactorType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "steadystream.stamped._lane.Reactor",
-    .tp_basicsize = sizeof(Reactor),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The native lanes of one event loop, read from one epoll set.",
-    .tp_new = Reactor_new,
-    .tp_dealloc = (destructor)Reactor_dealloc,
-    .tp_traverse = (traverseproc)Reactor_traverse,
-    .tp_clear = (inquiry)Reactor_clear,
-    .tp_methods = Reactor_methods,
-    .tp_getset = Reactor_getset,
 };
 
 static struct PyModuleDef lane_module = {
