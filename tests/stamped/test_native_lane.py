@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from steadystream.stamped import native
+from tests.gateway.test_express import FakeTransport
 
 pytestmark = pytest.mark.skipif(native.NativeLane is None, reason="needs the built extension")
 # (tests/gateway/test_native.py fails outright where the extension is missing)
@@ -31,22 +32,6 @@ STAMP = 5_000
 def event(text: str, **delta: Any) -> bytes:
     obj = {"id": "c", "choices": [{"index": 0, "delta": {"content": text, **delta}}]}
     return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-class Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.unsent = 0
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return self.unsent
-
-    def is_closing(self) -> bool:
-        return self.closing
 
 
 class Stand:
@@ -68,7 +53,7 @@ class Stand:
         self.outlet = SimpleNamespace(busy=False)
         self.waiting: deque[Any] = deque()
         self.queued: deque[Any] = deque()
-        self.transport = Transport()
+        self.transport = FakeTransport()
         make = native.NativeLane
         assert make is not None
         self.lane = make(
@@ -79,6 +64,11 @@ class Stand:
             pending=deque(),
             queued=self.queued,
         )
+        self.arm(scrub=scrub, client_fd=client_fd)
+
+    def arm(
+        self, *, scrub: Any = None, client_fd: int = -1, max_event_bytes: int = 1 << 20
+    ) -> None:
         self.lane.arm(
             attempt=self.attempt,
             cutter=self.cutter,
@@ -88,7 +78,7 @@ class Stand:
             transport=self.transport,
             scrub=scrub,
             received_ns=RECEIVED,
-            max_event_bytes=1 << 20,
+            max_event_bytes=max_event_bytes,
             client_fd=client_fd,
         )
 
@@ -223,17 +213,7 @@ def test_keys_are_scrubbed_before_the_write_and_the_records_keep_the_text() -> N
 
 def test_a_piece_over_the_event_limit_is_the_python_lanes() -> None:
     stand = Stand()
-    stand.lane.arm(
-        attempt=stand.attempt,
-        cutter=stand.cutter,
-        watchdog=stand.watchdog,
-        waiting=stand.waiting,
-        outlet=stand.outlet,
-        transport=stand.transport,
-        scrub=None,
-        received_ns=RECEIVED,
-        max_event_bytes=64,
-    )
+    stand.arm(max_event_bytes=64)
     stand.lane.on_body(event("x" * 100))
     assert stand.handed == [event("x" * 100)]
 
@@ -247,17 +227,7 @@ def test_keep_raw_disarms_and_a_released_lane_keeps_its_records() -> None:
     assert stand.records()[4] == ["a"]
     raw = Stand()
     raw.cutter.keep_raw = True
-    raw.lane.arm(
-        attempt=raw.attempt,
-        cutter=raw.cutter,
-        watchdog=raw.watchdog,
-        waiting=raw.waiting,
-        outlet=raw.outlet,
-        transport=raw.transport,
-        scrub=None,
-        received_ns=RECEIVED,
-        max_event_bytes=1 << 20,
-    )
+    raw.arm()
     assert not raw.lane.armed  # each piece's own bytes are wanted: Python's cut
 
 
@@ -339,20 +309,6 @@ def test_the_gateway_says_which_lane_relays(monkeypatch: pytest.MonkeyPatch) -> 
     assert "not built" in native.describe()
 
 
-def _rearm(stand: Stand) -> None:
-    stand.lane.arm(
-        attempt=stand.attempt,
-        cutter=stand.cutter,
-        watchdog=stand.watchdog,
-        waiting=stand.waiting,
-        outlet=stand.outlet,
-        transport=stand.transport,
-        scrub=None,
-        received_ns=RECEIVED,
-        max_event_bytes=1 << 20,
-    )
-
-
 @pytest.mark.parametrize("where", ["a property it reads", "the transport's write", "its size"])
 def test_a_release_from_code_the_lane_calls_waits_for_the_end_of_the_take(where: str) -> None:
     stand = Stand()
@@ -371,7 +327,7 @@ def test_a_release_from_code_the_lane_calls_waits_for_the_end_of_the_take(where:
         stand.transport.write = lambda data: (release(), write(data))  # type: ignore[method-assign]
     else:
         stand.transport.get_write_buffer_size = lambda: (release(), 0)[1]  # type: ignore[method-assign]
-    _rearm(stand)
+    stand.arm()
     stand.lane.on_body(event("a"))  # (it crashed here, on references the release let go of)
     assert not stand.lane.armed
     stand.lane.on_body(event("b"))  # released: nothing more

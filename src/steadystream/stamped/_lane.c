@@ -35,6 +35,8 @@
 #define _GNU_SOURCE /* memmem */
 #include "_lane.h"
 
+#include <structmember.h>
+
 #define READ_SIZE (1 << 16)
 #ifndef SO_TIMESTAMPNS
 #define SO_TIMESTAMPNS 35
@@ -179,6 +181,7 @@ int_attr(PyObject *obj, PyObject *name)
 
 /* -- records ------------------------------------------------------------------------------ */
 
+
 static int
 grow(Lane *self, Py_ssize_t need)
 {
@@ -187,27 +190,23 @@ grow(Lane *self, Py_ssize_t need)
     Py_ssize_t room = self->room ? self->room : 64;
     while (room < self->count + need)
         room *= 2;
-    int64_t *up = PyMem_Realloc(self->up, room * sizeof(int64_t));
-    if (up == NULL)
-        goto fail;
-    self->up = up;
-    int64_t *down = PyMem_Realloc(self->down, room * sizeof(int64_t));
-    if (down == NULL)
-        goto fail;
-    self->down = down;
-    int32_t *wire = PyMem_Realloc(self->wire, room * sizeof(int32_t));
-    if (wire == NULL)
-        goto fail;
-    self->wire = wire;
-    int32_t *text_bytes = PyMem_Realloc(self->text_bytes, room * sizeof(int32_t));
-    if (text_bytes == NULL)
-        goto fail;
-    self->text_bytes = text_bytes;
+    /* (each column is wider or as it was: room grows only once all four are) */
+    int64_t *up, *down;
+    int32_t *wire, *text_bytes;
+    if ((up = PyMem_Realloc(self->up, room * sizeof *up)) != NULL)
+        self->up = up;
+    if ((down = PyMem_Realloc(self->down, room * sizeof *down)) != NULL)
+        self->down = down;
+    if ((wire = PyMem_Realloc(self->wire, room * sizeof *wire)) != NULL)
+        self->wire = wire;
+    if ((text_bytes = PyMem_Realloc(self->text_bytes, room * sizeof *text_bytes)) != NULL)
+        self->text_bytes = text_bytes;
+    if (up == NULL || down == NULL || wire == NULL || text_bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     self->room = room;
     return 0;
-fail:
-    PyErr_NoMemory();
-    return -1;
 }
 
 
@@ -1141,27 +1140,9 @@ Lane_set_pulling(Lane *self, PyObject *value, void *Py_UNUSED(closure))
 }
 
 static PyObject *
-Lane_get_last_activity(Lane *self, void *Py_UNUSED(closure))
-{
-    return PyFloat_FromDouble(self->last_activity);
-}
-
-static PyObject *
 Lane_get_armed(Lane *self, void *Py_UNUSED(closure))
 {
     return PyBool_FromLong(self->armed);
-}
-
-static PyObject *
-Lane_get_pieces_taken(Lane *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLongLong(self->pieces_taken);
-}
-
-static PyObject *
-Lane_get_events_taken(Lane *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLongLong(self->events_taken);
 }
 
 static PyMethodDef Lane_methods[] = {
@@ -1187,15 +1168,20 @@ static PyMethodDef Lane_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef Lane_members[] = {
+    {"last_activity", T_DOUBLE, offsetof(Lane, last_activity), READONLY,
+     "When it last fed a read to the parser (CLOCK_MONOTONIC seconds, the loop's clock)."},
+    {"pieces_taken", T_LONGLONG, offsetof(Lane, pieces_taken), READONLY,
+     "Body pieces it took whole."},
+    {"events_taken", T_LONGLONG, offsetof(Lane, events_taken), READONLY,
+     "Events in the pieces it took."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyGetSetDef Lane_getset[] = {
     {"pulling", (getter)Lane_get_pulling, (setter)Lane_set_pulling,
      "StampedConnection.pull() is reading the socket: read through it meanwhile.", NULL},
-    {"last_activity", (getter)Lane_get_last_activity, NULL,
-     "When it last fed a read to the parser (CLOCK_MONOTONIC seconds, the loop's clock).",
-     NULL},
     {"armed", (getter)Lane_get_armed, NULL, "Whether it takes body pieces.", NULL},
-    {"pieces_taken", (getter)Lane_get_pieces_taken, NULL, "Body pieces it took whole.", NULL},
-    {"events_taken", (getter)Lane_get_events_taken, NULL, "Events in the pieces it took.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1210,6 +1196,7 @@ PyTypeObject LaneType = {
     .tp_traverse = (traverseproc)Lane_traverse,
     .tp_clear = (inquiry)Lane_clear,
     .tp_methods = Lane_methods,
+    .tp_members = Lane_members,
     .tp_getset = Lane_getset,
 };
 
