@@ -188,19 +188,21 @@ def test_read_timeout(serve: Serve) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_body_that_keeps_coming_never_times_out(serve: Serve, mode: StampMode) -> None:
-    # Reads 50 ms apart for 0.5 s, under a 0.2 s read timeout: each read counts as activity,
-    # whichever lane read it (the native lane feeds reads itself and keeps their time).
+    # Reads 40 ms apart for 1.2 s, under a 0.5 s read timeout (a margin no busy machine
+    # eats): each read counts as activity, whichever lane read it (the native lane feeds
+    # reads itself and keeps their time; the timeout runs on the loop's clock, not on an
+    # injected one).
     def dribble(peer: socket.socket) -> None:
         peer.sendall(SSE_HEAD)
-        for i in range(10):
-            time.sleep(0.05)
+        for i in range(30):
+            time.sleep(0.04)
             peer.sendall(chunked(b"data: %d\n\n" % i))
         peer.sendall(b"0\r\n\r\n")
 
     server = serve(dribble)
-    status, _, pieces = asyncio.run(exchange(server.url, mode, read_timeout_s=0.2))
+    status, _, pieces = asyncio.run(exchange(server.url, mode, read_timeout_s=0.5))
     assert status == 200
-    assert b"".join(data for _, data in pieces) == b"".join(b"data: %d\n\n" % i for i in range(10))
+    assert b"".join(data for _, data in pieces) == b"".join(b"data: %d\n\n" % i for i in range(30))
 
 
 def test_bytes_that_are_not_http(serve: Serve) -> None:

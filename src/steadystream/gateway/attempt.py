@@ -203,8 +203,8 @@ def express_lane(
                 if native is not None:
                     # What the native lane took came before this read: in the records first,
                     # and nothing more from it until this read's bookkeeping is in.
-                    if (take := ctx.native_records) is not None:
-                        take()
+                    if (flush := ctx.native_records) is not None:
+                        flush()
                     native.hold()
                 later(account, stamp, result, cutter.pending_bytes, sent)
                 if not result.done:

@@ -961,17 +961,6 @@ Lane_arm(Lane *self, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
-Lane_disarm(Lane *self, PyObject *Py_UNUSED(ignored))
-{
-    if (self->taking) { /* (from inside a take: its references stay till the next arm) */
-        self->armed = 0;
-        Py_RETURN_NONE;
-    }
-    disarm(self);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
 Lane_hold(Lane *self, PyObject *Py_UNUSED(ignored))
 {
     self->held++;
@@ -1154,7 +1143,6 @@ static PyMethodDef Lane_methods[] = {
      "The parser's end of the response: the connection's, with the read's stamp."},
     {"arm", (PyCFunction)(void (*)(void))Lane_arm, METH_VARARGS | METH_KEYWORDS,
      "Take body pieces for one upstream attempt's express lane."},
-    {"disarm", (PyCFunction)Lane_disarm, METH_NOARGS, "Take no more body pieces."},
     {"hold", (PyCFunction)Lane_hold, METH_NOARGS,
      "A read went the Python way and its records come later: take nothing till resume()."},
     {"resume", (PyCFunction)Lane_resume, METH_NOARGS, "Those records are in: see hold()."},
