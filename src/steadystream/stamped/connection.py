@@ -82,6 +82,7 @@ class StampedConnection:
         "_head_read",
         "_header_name",
         "_headers",
+        "_hung_up",
         "_interim",
         "_last_activity",
         "_lock",
@@ -134,6 +135,7 @@ class StampedConnection:
         self._pending: collections.deque[tuple[int, bytes]] = collections.deque()
         self._lock = threading.Lock()  # the read and its queueing, shared with the rescuer
         self._reading = False
+        self._hung_up = False  # the socket broke: read to its end by the loop, uncalled
         self._closed = False
         self._stamp = 0
         self._head_bytes = 0
@@ -246,7 +248,12 @@ class StampedConnection:
         try:
             async with asyncio.timeout(self._read_timeout_s):
                 while self._head is None:
-                    await self._wait()
+                    self._check_open()
+                    # Not _wait(): a failure found after the head, in the same drain (a reset
+                    # or an early close behind a whole answer), is the body's to report,
+                    # once its pieces are handed on. Raised here, it would turn an answer
+                    # the gateway holds into "cannot reach upstream".
+                    await self._woken()
         except TimeoutError:
             error = UpstreamStreamError(
                 "read timed out: the response head took longer than the read timeout"
@@ -367,17 +374,23 @@ class StampedConnection:
         return self._complete or self._stopped
 
     async def _wait(self) -> None:
+        self._check_open()
+        await self._woken()
+        if self._error is not None:
+            raise self._error
+
+    def _check_open(self) -> None:
         if self._error is not None:
             raise self._error
         if self._closed:
             raise UpstreamStreamError("the connection was closed")
+
+    async def _woken(self) -> None:
         self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:
             self._waiter = None
-        if self._error is not None:
-            raise self._error
 
     def _wake(self, error: BaseException | None = None) -> None:
         if error is not None and self._error is None and not self._ended:
@@ -393,6 +406,8 @@ class StampedConnection:
         if (lane := self.native_lane) is not None:
             # The loop's native lanes are read from one descriptor, in one pass per burst.
             reactor_for(self._loop).add(self._sock.fileno(), lane)
+        elif self._hung_up:
+            self._loop.call_soon(self._read_hung_up)
         else:
             self._loop.add_reader(self._sock.fileno(), self._on_readable)
         if self._pending:  # read while paused (by the rescuer): parse it now, not on new bytes
@@ -411,7 +426,7 @@ class StampedConnection:
             self._reading = False
             if self.native_lane is not None:
                 reactor_for(self._loop).remove(self._sock.fileno())
-            else:
+            elif not self._hung_up:
                 self._loop.remove_reader(self._sock.fileno())
         if self._timer is not None:
             self._timer.cancel()
@@ -478,6 +493,36 @@ class StampedConnection:
             return True
         self._pending.append((stamp, data))
         return True
+
+    def hang_up(self) -> None:
+        """The socket broke (the rescuer saw its error or hang-up): read it to its end here.
+
+        uvloop never calls a reader back for a socket with an error pending (libuv stops
+        polling it), however much the peer sent before its reset: those bytes, and the reset
+        behind them, would wait for the read timeout. A broken socket never blocks a read
+        (bytes, then the error, then the end), so the loop reads it one read per pass until
+        the body ends or the reader asks it to wait (a full queue), with no callback at all.
+        The native lane reads from its own epoll set, which reports errors as readable.
+        """
+        if self._hung_up or self._closed or self.native_lane is not None:
+            return
+        self._hung_up = True
+        if self._reading:
+            self._loop.remove_reader(self._sock.fileno())
+            self._loop.call_soon(self._read_hung_up)
+
+    def _read_hung_up(self) -> None:
+        if not self._reading or self._closed:
+            return  # stopped meanwhile: _start_reading comes back here
+        if self._rescuer is not None:
+            self._rescuer.loop_work += 1
+        if self.pull():
+            self.drain()
+            if self._reading and not self._closed:
+                self._loop.call_soon(self._read_hung_up)
+        else:  # nothing to read after all: wait to be called, as before
+            self._hung_up = False
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
     def _on_readable(self) -> None:
         rescuer = self._rescuer

@@ -1,6 +1,7 @@
 """Keep kernel stamps exact while the event loop is stalled: drain sockets from a thread.
 
-(The same thread also reports resets that uvloop's ``add_reader`` would never call back for.)
+(The same thread also tells the loop of sockets that broke, which uvloop's ``add_reader``
+never calls back for: the loop then reads them to the end itself, ``hang_up``.)
 
 A kernel stamp belongs to the newest segment a read copied from, and segments that wait
 together in a receive queue are merged under the newest stamp. While the event loop keeps
@@ -45,6 +46,8 @@ class Drainable(Protocol):
     def pull(self) -> bool: ...
 
     def drain(self) -> None: ...
+
+    def hang_up(self) -> None: ...
 
     @property
     def wants_rescue(self) -> bool: ...
@@ -169,24 +172,23 @@ class StallRescuer:
                 self._thread = None
                 return False
             # uvloop's add_reader never calls back for a socket the peer reset (libuv
-            # stops the poll on the error): read those here, so the reset is reported.
+            # stops the poll on the error), however much is left to read before the reset:
+            # the loop is told, and reads such a socket to its end without being called.
             broken = []
             for fd, _ in self._errors.poll(0):
                 self._errors.unregister(fd)
-                broken.append(self._watched.get(fd))
+                if (conn := self._watched.get(fd)) is not None:
+                    broken.append(conn)
             stale = time.monotonic_ns() - self._beat_ns > self.stall_ns
             ready = []
             if stale and not working:
                 ready = [self._watched.get(fd) for fd, _ in self._poller.poll(0)]
-        rescued = [conn for conn in broken if conn is not None and conn.pull()]
-        rescued += [
-            conn for conn in ready if conn is not None and conn.wants_rescue and conn.pull()
-        ]
-        if rescued:
+        rescued = [conn for conn in ready if conn is not None and conn.wants_rescue and conn.pull()]
+        if rescued or broken:
             self.rescued_reads += len(rescued)
             # One wake-up of the loop per round, not one per connection.
             try:
-                self.loop.call_soon_threadsafe(self._drain_rescued, rescued)
+                self.loop.call_soon_threadsafe(self._drain_rescued, rescued, broken)
             except RuntimeError:  # the loop was closed with connections left open
                 with self._lock:
                     self._watched.clear()
@@ -194,13 +196,15 @@ class StallRescuer:
                 return False
         return True
 
-    def _drain_rescued(self, conns: list[Drainable]) -> None:
+    def _drain_rescued(self, conns: list[Drainable], broken: list[Drainable]) -> None:
         # On the loop. Parsing what the thread read is work too, or a loop busy with rescued
         # reads (whose sockets are empty) would look stalled, and the thread would go on
         # reading for it, burst after burst.
         self.loop_work += 1
         for conn in conns:
             conn.drain()
+        for conn in broken:
+            conn.hang_up()
 
 
 def _register(poller: select.epoll, fd: int, mask: int) -> None:
