@@ -197,6 +197,11 @@ class HostileUpstream:
             await asyncio.sleep(0.05)
             await response.write(event[cut:])
             await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
+        elif mode == "adv-key-prefix":  # most of the key, then an escaped slash
+            await response.write(_chunk(role=True))
+            text = b'"you sent key ' + key[:-6].encode() + b'\\/ and more"'
+            await response.write(_chunk("PLACEHOLDER").replace(b'"PLACEHOLDER"', text))
+            await response.write(_chunk(finish="stop") + b"data: [DONE]\n\n")
         elif mode == "adv-bad-chunk-cut":  # a bad chunk whose 80-character preview cuts the key
             await response.write(_chunk(role=True) + _chunk("one "))
             await response.write(b"data: {not json, " + b"p" * 50 + key.encode() + b"\n\n")

@@ -74,6 +74,49 @@ def test_an_escaped_key_in_an_answer_never_reaches_the_client(
     assert streamed.done
 
 
+LONG_SECRET = "sk-proj-0123456789abcdefghijklmnopq"  # 33 characters, as the probe's
+
+
+def test_a_key_quoted_cut_short_is_hidden_from_clients_as_from_recordings() -> None:
+    """Failed before: the client-bound scrubber hid only whole keys; 27 characters of a
+    33-character key followed by ``\\/`` went out as they came, while ``redact`` (logs and
+    ``keep_text`` recordings) hid them. Both are one scrubber now."""
+    config = config_from_mapping(
+        {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K"}]}
+    )
+    pool = UpstreamPool(config, None, {"K": LONG_SECRET})
+    scrub = pool.byte_scrubber()
+    assert scrub is not None
+    prefix = LONG_SECRET[:27]
+    cases = {
+        f'{{"c": "{prefix}\\/x"}}': {"c": "***/x"},
+        f'{{"c": "{_escaped(prefix)}\\/x"}}': {"c": "***/x"},
+        f'{{"c": "{LONG_SECRET[:8]} and {LONG_SECRET}"}}': {"c": "*** and ***"},
+        f'{{"c": "{LONG_SECRET[:7]} is short"}}': {"c": f"{LONG_SECRET[:7]} is short"},
+    }
+    for raw, scrubbed in cases.items():
+        assert orjson.loads(scrub(raw.encode())) == scrubbed, raw
+        assert orjson.loads(pool.redact(raw)) == scrubbed, raw
+
+
+def test_a_key_quoted_cut_short_never_reaches_the_client(
+    upstream: HostileUpstream, tmp_path: Path
+) -> None:
+    """Failed before: the answer reached the client with 27 of the key's 33 characters."""
+    config = gateway_config(
+        hostile(upstream),
+        recording={"enabled": True, "directory": str(tmp_path), "keep_text": True},
+    )
+    with GatewayServer(config, env={"UPSTREAM_KEY": LONG_SECRET}) as gw:
+        streamed = _stream(gw, "adv-key-prefix", "prefix")
+    assert streamed.done
+    assert streamed.text == "you sent key ***/ and more"
+    assert LONG_SECRET[:8].encode() not in streamed.body
+    recorded = b"".join(path.read_bytes() for path in tmp_path.rglob("*.jsonl"))
+    assert b"you sent key ***/ and more" in recorded
+    assert LONG_SECRET[:8].encode() not in recorded
+
+
 def test_the_key_never_leaks_from_ids_models_finish_reasons_usage_or_split_reads(
     upstream: HostileUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -246,7 +289,9 @@ def test_headers_the_gateway_owns_cannot_be_configured(entry: dict[str, Any]) ->
 def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(upstream: HostileUpstream) -> None:
     """Failed before: ``/v1/chat/completions/`` and ``/v1/models/`` got Starlette's 307 (an
     empty body, a Location built from the client's Host header), not the documented JSON 404."""
-    with GatewayServer(gateway_config(hostile(upstream)), env=ENV) as gw:
+    # (a Host the gateway answers to, as it answers no other on loopback: gateway/hosts.py)
+    config = gateway_config(hostile(upstream), server={"allowed_hosts": ["evil.example"]})
+    with GatewayServer(config, env=ENV) as gw:
         posted = post(gw.base_url, "/chat/completions/", chat_body(5), {"Host": "evil.example"})
         status, listed = get(gw.url, "/v1/models/")
     for code, body in ((posted.status, posted.body), (status, listed)):

@@ -18,7 +18,6 @@ kernel's receive stamps where the platform gives them) and is read through
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -80,30 +79,46 @@ class ResponseTooLargeError(UpstreamStreamError):
     """A non-streaming answer larger than ``limits.max_response_bytes``."""
 
 
-def _hide_key_starts(text: str, key: str) -> str:
-    """``text`` with every run of ``key``'s first characters (at least ``_KEY_START``) hidden."""
-    head = key[:_KEY_START]
-    at = text.find(head)
+class KeyScrubber:
+    """Hides keys in bytes: each key, and each run of a key's first characters (at least
+    ``_KEY_START``), written plain or JSON-escaped, becomes ``***``.
+
+    One scrubber for everything that leaves the gateway: bytes bound for a client, and the
+    text of logs, recordings and metrics (:meth:`UpstreamPool.redact`). A key quoted cut
+    short (an 80-character preview of a bad chunk, a model repeating most of a key) is
+    hidden from its start on. One substring search per key and call when no key is there.
+    A key cut across two events is beyond it (the second event holds no key's start); an
+    upstream that echoes a key sends it whole.
+    """
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self._keys = [(key[:_KEY_START], key) for key in keys if key]
+
+    def __call__(self, data: bytes) -> bytes:
+        keys = self._keys
+        # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d cannot):
+        # most answers with escapes skip the rewrite.
+        if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
+            plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
+            if any(start in plain for start, _ in keys):
+                data = plain  # still valid JSON: only harmless escapes were undone
+        for start, key in keys:
+            if start in data:
+                data = _hide_key_starts(data, start, key)
+        return data
+
+
+def _hide_key_starts(data: bytes, start: bytes, key: bytes) -> bytes:
+    """``data`` with every run of ``key``'s first characters (``start`` at least) hidden."""
+    at = data.find(start)
     while at >= 0:
-        end = at + len(head)
-        while end < len(text) and end - at < len(key) and text[end] == key[end - at]:
+        end = at + len(start)
+        while end < len(data) and end - at < len(key) and data[end] == key[end - at]:
             end += 1
-        text = f"{text[:at]}***{text[end:]}"
-        at = text.find(head, at + 3)
-    return text
-
-
-def _scrub(data: bytes, keys: Sequence[bytes]) -> bytes:
-    """``data`` with every key, written plain or JSON-escaped, replaced by ``***``."""
-    # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d cannot):
-    # most answers with escapes skip the rewrite.
-    if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
-        plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
-        if any(key in plain for key in keys):
-            data = plain  # still valid JSON: only harmless escapes were undone
-    for key in keys:
-        if key in data:
-            data = data.replace(key, b"***")
+        data = b"%s***%s" % (data[:at], data[end:])
+        at = data.find(start, at + 3)
     return data
 
 
@@ -230,6 +245,7 @@ class UpstreamPool:
         # one into a prompt and the model quote it back: it is not recorded either).
         tenant_keys = [env.get(name) for t in config.tenants for name in t.api_key_env]
         self._secrets = list(dict.fromkeys([*self._keys.values(), *filter(None, tenant_keys)]))
+        self._scrubber = KeyScrubber([key.encode() for key in self._secrets])
 
     def __repr__(self) -> str:  # never the keys
         return f"<UpstreamPool {[u.name for u in self.upstreams]}>"
@@ -247,28 +263,21 @@ class UpstreamPool:
         return list(seen)
 
     def redact(self, text: str) -> str:
-        """``text`` with every upstream or gateway key replaced by ``***`` (also JSON-escaped)."""
-        keys = [key.encode() for key in self._secrets]
-        # The bytes' scrubber, on the text's bytes: one way to undo escapes and hide keys.
-        scrubbed = _scrub(text.encode("utf-8", "surrogatepass"), keys)
-        text = scrubbed.decode("utf-8", "surrogatepass")
-        # A message may quote a key cut short (an 80-character preview of a bad chunk, an
-        # HTTP parser's excerpt of a bad header): its start, from a few characters on, goes too.
-        for key in self._secrets:
-            text = _hide_key_starts(text, key)
-        return text
+        """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``.
+
+        The same scrubber as the bytes bound for clients (:meth:`byte_scrubber`), on the
+        text's bytes: what a client may not see is not logged or recorded either.
+        """
+        scrubbed = self._scrubber(text.encode("utf-8", "surrogatepass"))
+        return scrubbed.decode("utf-8", "surrogatepass")
 
     def byte_scrubber(self) -> Callable[[bytes], bytes] | None:
-        """Replaces every upstream key in bytes bound for a client (None: no keys to hide).
+        """Hides every key in bytes bound for a client (None: no keys to hide).
 
-        One substring search per key and send: an answer that quotes an upstream's key
-        (a provider echoing its ``Authorization``) never reaches the client with it. A key
-        cut across two events is beyond it; an upstream that echoes sends it whole.
+        An answer that quotes an upstream's key (a provider echoing its ``Authorization``),
+        or most of it, never reaches the client with it (:class:`KeyScrubber`).
         """
-        keys = [key.encode() for key in self._secrets]
-        if not keys:
-            return None
-        return functools.partial(_scrub, keys=keys)
+        return self._scrubber if self._secrets else None
 
     def _headers(
         self, upstream: UpstreamConfig, request_id: str, client_headers: Mapping[str, str]
