@@ -80,7 +80,7 @@ def stuck_clients(count: int, workdir: Path) -> tuple[float, float]:
                  "stream": True, "max_tokens": 20000}
             ).encode()  # fmt: skip
             head = (
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gw_port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             time.sleep(1)

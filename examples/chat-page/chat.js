@@ -139,7 +139,7 @@
           messages: [{ role: "user", content: options.prompt || "Hello" }],
         }),
       });
-      probe.firstByte();
+      probe.firstByte(response);  // and the answer's glass token, for a gateway
       if (!response.ok) throw new Error("HTTP " + response.status + ": " + (await response.text()));
       for await (var data of sseData(response.body)) {
         if (data === "[DONE]") { outcome = "complete"; break; }

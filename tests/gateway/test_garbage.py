@@ -69,8 +69,9 @@ def _leave_early(base_url: str) -> None:
     body = json.dumps(chat_body(max_tokens=200)).encode()
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
-            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: %s:%s\r\n"
+            b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+            % (host.encode(), port.encode(), len(body), body)
         )
         sock.recv(4096)  # the head and the first events: the stream is under way
 

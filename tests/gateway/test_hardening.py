@@ -104,8 +104,8 @@ def test_a_client_that_leaves_mid_body_leaves_no_traceback(
         for _ in range(3):
             sock = connect(gw.base_url)
             sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model"'
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % gw.port
+                + b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model"'
             )
             time.sleep(0.05)
             sock.close()
@@ -125,8 +125,8 @@ def test_a_body_that_never_finishes_is_answered_at_the_body_timeout(
         sock = connect(gw.base_url)
         started = time.monotonic()
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % gw.port
+            + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
         )
         answer = _read_response(sock)
         took = time.monotonic() - started

@@ -330,14 +330,22 @@ def test_the_parent_replaces_dead_workers_reloads_and_stops(
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    driver = threading.Thread(target=drive)
-    driver.start()
-    workers.serve_workers(config, sock, idle_worker, reload=reload)
-    driver.join()
+    # Started as by nohup or from a shell's background job: SIGHUP ignored. The handlers
+    # must be given back as they were found, not as Python's defaults.
+    outer = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        found = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+        driver = threading.Thread(target=drive)
+        driver.start()
+        workers.serve_workers(config, sock, idle_worker, reload=reload)
+        driver.join()
+        given_back = {sig: signal.getsignal(sig) for sig in found}
+    finally:
+        signal.signal(signal.SIGHUP, outer)
     assert set(seen) == {"first", "replaced", "reloaded"}
     assert workers_now() == set()  # every worker stopped and reaped
     assert sock.fileno() == -1  # the parent closed the port
-    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handlers given back
+    assert given_back == found
 
 
 def test_a_configuration_no_worker_could_start_with_is_refused_before_any_fork(

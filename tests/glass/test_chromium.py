@@ -196,3 +196,62 @@ def test_no_text_leaves_the_page_unless_the_page_asks(chromium: str) -> None:
     assert painted >= quiet["arrivals"][0][0]
     told = asyncio.run(probe_report(chromium, keep_text=True))
     assert told["texts"] == ["the user's secret"]
+
+
+# -- the probe against the gateway: the answer's token read, and sent back -----------------------
+
+_PROBE_AT_GATEWAY = """async (api) => {
+  const probe = SteadystreamGlass.start({report: api + "/steadystream/glass"});
+  const response = await fetch(api + "/v1/chat/completions", {
+    method: "POST",
+    headers: {"content-type": "application/json", "x-request-id": "chromium-1"},
+    body: JSON.stringify({model: "m", stream: true, messages: [{role: "user", content: "hi"}]}),
+  });
+  probe.firstByte(response);
+  const reader = response.body.getReader();
+  for (;;) {
+    const {done} = await reader.read();
+    if (done) break;
+    probe.arrived(1);
+    document.body.append("x");
+    probe.shown(1);
+  }
+  await probe.finish("complete");
+  return probe.streamId;
+}"""
+
+
+async def report_through(origin: str, api: str, chromium: str) -> str:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=chromium, headless=True)
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{origin}/healthz")
+            await page.add_script_tag(url=f"{api}/steadystream/glass.js")
+            stream_id: str = await page.evaluate(_PROBE_AT_GATEWAY, api)
+            return stream_id
+        finally:
+            await browser.close()
+
+
+def test_the_probe_sends_back_the_token_a_gateway_on_another_origin_handed_it(
+    steady_run: list[Timeline], chromium: str
+) -> None:
+    from tests.gateway.conftest import MemorySink
+
+    sink = MemorySink()
+    with ReplayServer(steady_run[:1]) as replay:
+        config = gateway_config(
+            {"name": "replay", "base_url": replay.base_url},
+            cors={"allow_origins": [replay.url]},
+            glass={"accept": True},
+            recording={"enabled": True},
+        )
+        with GatewayServer(config, recorder=sink) as gateway:
+            stream_id = asyncio.run(report_through(replay.url, gateway.url, chromium))
+    assert stream_id == "chromium-1"
+    glass = [t for t in sink.timelines if t.where is Where.GLASS]
+    assert [(t.stream_id, t.labels["tenant"]) for t in glass] == [("chromium-1", "default")]
+    assert int(glass[0].tokens.sum()) >= 1

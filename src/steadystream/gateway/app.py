@@ -40,10 +40,10 @@ from steadystream._api_errors import is_client_id
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import ConfigError, SpecError, UpstreamError
 from steadystream.gateway.auth import Authenticator, Tenant
-from steadystream.gateway.config import CorsConfig, GatewayConfig
+from steadystream.gateway.config import CorsConfig, GatewayConfig, ServerConfig
 from steadystream.gateway.cors import CorsLayer
 from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
-from steadystream.gateway.glass import gateway_glass_routes
+from steadystream.gateway.glass import gateway_glass_routes, glass_cors, glass_tokens
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
 from steadystream.gateway.relay import StreamRelay
@@ -100,6 +100,7 @@ def create_app(
     session: aiohttp.ClientSession | None = None,
     recorder: TimelineSink | None = None,
     env: Mapping[str, str] | None = None,
+    glass_secret: bytes | None = None,
 ) -> Starlette:
     """The gateway as an ASGI app.
 
@@ -107,16 +108,20 @@ def create_app(
     are passed in for tests; by default the app opens its own aiohttp session at startup,
     a fresh registry, the configured recording, and the monotonic clock. Keys are read from
     ``env`` (default ``os.environ``); a missing one is a :class:`ConfigError` right here.
+    ``glass_secret``: the glass token secret the workers' parent made for all its workers
+    (``glass.secret_env`` wins over it; neither: a new one, gateway/glass.py).
     """
     env = os.environ if env is None else env
     _check_pacers(config)
+    clock = clock if clock is not None else MonotonicClock()
     state = GatewayState(
         config=config,
         auth=Authenticator.from_config(config, env),
         pool=UpstreamPool(config, session, env),
-        clock=clock if clock is not None else MonotonicClock(),
+        clock=clock,
         metrics=GatewayMetrics(registry if registry is not None else CollectorRegistry()),
         recorder=recorder,
+        glass_tokens=glass_tokens(config, env, clock, glass_secret),
     )
     state.model_labels = ModelLabels(
         [*state.pool.models(), *(m for t in config.tenants for m in t.models)],
@@ -161,7 +166,8 @@ def create_app(
     ]
     app = _GatewayApp(
         generation,
-        config.cors,
+        glass_cors(config),
+        config.server,
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},
@@ -181,11 +187,17 @@ class _GatewayApp(Starlette):
     turns anything unexpected into a 500), so they skip the stack; the rest goes through it.
     """
 
-    def __init__(self, generation: Mapping[str, ASGIApp], cors: CorsConfig, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        generation: Mapping[str, ASGIApp],
+        cors: CorsConfig,
+        server: ServerConfig,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._generation = generation
-        # Browsers' origins are checked before anything else (gateway/cors.py).
-        self._entry = CorsLayer(self._dispatch, cors)
+        # Host and browsers' origins are checked before anything else (gateway/cors.py).
+        self._entry = CorsLayer(self._dispatch, cors, server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._entry(scope, receive, send)

@@ -52,6 +52,11 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A Host header's value: a name or IPv4 address, or an IPv6 address in brackets; a port.
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
+)
 # Headers the gateway owns on its upstream requests. Framing ones (a Content-Length that is
 # not the body's lets the rest of the body be read as the next request on a pooled
 # connection) and hop-by-hop ones are set by the HTTP client; credentials go only through
@@ -116,6 +121,23 @@ class ServerConfig(_Section):
         description="processes serving the one port, each with its own event loop; auto: one"
         " per core",
     )
+    allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description="names it answers to besides its own address (Host: a name, any port, or"
+        " name:port; * for any): needed on loopback behind a proxy or a tunnel that renames it",
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            match = _HOST.fullmatch(host)
+            if host != "*" and (match is None or int(match["port"] or 0) > 65535):
+                raise ValueError(
+                    f"{host!r} is not a host (a name or address as a Host header writes it,"
+                    " with or without :port; an IPv6 address in brackets) or *"
+                )
+        return tuple(host.lower() for host in value)
 
     @property
     def worker_count(self) -> int:
@@ -385,11 +407,62 @@ class CorsConfig(_Section):
 
 
 class GlassConfig(_Section):
-    """Timelines posted by pages' glass probes (docs/glass.md), appended to the recording."""
+    """Timelines posted by pages' glass probes (docs/glass.md), recorded in their own files
+    beside the streams', each bound to an answer the poster was served (its token)."""
 
     accept: bool = Field(False, description="take posts at /steadystream/glass")
     max_body_bytes: Size = Field(1_048_576, ge=1024, description="larger posts get 413")
     max_events: int = Field(20_000, ge=1, description="arrivals or frames per post")
+    token_ttl: Duration = Field(
+        600_000_000_000,
+        ge=1_000_000_000,
+        le=86_400_000_000_000,
+        description="how long after its answer started a page may post its report",
+    )
+    secret_env: str | None = Field(
+        None,
+        description="environment variable holding the token secret (32 bytes or more), to"
+        " share tokens between replicas and restarts; unset: a random one per gateway",
+    )
+    client_reports_per_s: float = Field(
+        10.0, gt=0, le=1e6, description="reports a second per client (tenant, or address)"
+    )
+    client_report_burst: int = Field(50, ge=1, description="reports a client may send at once")
+    client_bytes_per_s: Size = Field(
+        524_288, ge=1, description="report bytes a second per client (tenant, or address)"
+    )
+    client_byte_burst: Size = Field(
+        4_194_304, ge=1024, description="report bytes a client may send at once"
+    )
+    max_clients: int = Field(
+        10_000, ge=1, description="clients whose budgets are kept (the least recent go)"
+    )
+    max_disk_bytes: Size = Field(
+        1_073_741_824,
+        ge=1_048_576,
+        description="all glass files together; past it the oldest glass files are deleted",
+    )
+
+    @field_validator("secret_env")
+    @classmethod
+    def _variable(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _largest_report_fits(self) -> GlassConfig:
+        if self.client_byte_burst < self.max_body_bytes:
+            raise ValueError(
+                "client_byte_burst must be at least max_body_bytes, or the largest report"
+                " accepted could never be posted"
+            )
+        if self.max_disk_bytes < 8 * self.max_body_bytes:
+            raise ValueError(
+                "max_disk_bytes must be at least 8 times max_body_bytes (a glass file holds"
+                " an eighth of it, and at least one report)"
+            )
+        return self
 
 
 class GatewayConfig(_Section):

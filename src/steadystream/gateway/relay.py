@@ -205,7 +205,11 @@ class StreamRelay(Relay):
         self._children.append(asyncio.ensure_future(coro))
 
     async def _commit(self, send: Send) -> None:
-        headers = [*_SSE_HEADERS, (b"x-request-id", self.record.request_id.encode())]
+        record = self.record
+        headers = [*_SSE_HEADERS, (b"x-request-id", record.request_id.encode())]
+        glass = self.state.glass_tokens
+        if glass is not None:  # the page's glass report on this stream must bring it back
+            headers.append(glass.header(record.request_id, record.labels["tenant"]))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         self.committed = True
         self.record.downstream.header_ns = self.record.offset(self.clock.now_ns())

@@ -71,11 +71,13 @@ def _writes_chunks(scope: Scope, send: Send) -> bool:
     """Whether ``send`` is uvicorn's own for a response its httptools protocol chunks.
 
     That protocol frames each body send as one chunk and keeps no count of them, so a
-    chunk written to the transport between its sends is framed the same way.
+    chunk written to the transport between its sends is framed the same way. An HTTP/1.0
+    client gets no chunks (gateway/head_timeout.py): everything goes through ``send``.
     """
     cycle = getattr(send, "__self__", None)
     return (
-        isinstance(cycle, httptools_impl.RequestResponseCycle)
+        scope.get("http_version") != "1.0"
+        and isinstance(cycle, httptools_impl.RequestResponseCycle)
         and cycle.scope is scope
         and cycle.chunked_encoding is True
         and cycle.response_started

@@ -17,6 +17,7 @@ from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineSink
 from steadystream.gateway.upstreams import UpstreamPool
+from steadystream.glass.tokens import GlassTokens
 
 __all__ = ["GatewayState", "labels_of"]
 
@@ -42,6 +43,8 @@ class GatewayState:
     writes_chunks: Callable[[Scope, Send], bool] | None = None
     """Whether the server frames a started response in chunks that the relay may also write
     to the connection itself (uvicorn's httptools protocol): the express lane."""
+    glass_tokens: GlassTokens | None = None
+    """With ``glass.accept``: the token each answer carries for its page's glass report."""
 
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""

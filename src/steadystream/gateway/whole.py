@@ -102,6 +102,9 @@ class WholeRelay(Relay):
             (b"content-length", str(len(body)).encode()),
             (b"x-request-id", record.request_id.encode()),
         ]
+        glass = self.state.glass_tokens
+        if glass is not None and status < 300:  # for the page's glass report on this answer
+            headers.append(glass.header(record.request_id, record.labels["tenant"]))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         self.committed = True
         self._answered = True

@@ -11,6 +11,10 @@ hot path is shared:
 - **metrics**: each worker publishes a snapshot once a second and any worker answers
   ``/metrics`` with the sum of all (:mod:`steadystream.gateway.shared_metrics`).
 
+One thing is made once, in the parent, for all: the glass token secret (unless
+``glass.secret_env`` names one), so that a page's report may reach another worker than the
+one that served its answer, also across reloads.
+
 Signals to the parent: SIGTERM or SIGINT stops every worker (each lets its streams finish for
 uvicorn's graceful-shutdown time) and then the parent; SIGHUP reloads: the configuration is
 read again and checked as a start would (a key whose variable is not set refuses it), and the
@@ -42,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steadystream._exceptions import ConfigError, SteadystreamError
 from steadystream.gateway.config import GatewayConfig
+from steadystream.gateway.glass import glass_secret
 from steadystream.gateway.model_labels import MODEL_LABELS, start_shared_models
 from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics, retire
 
@@ -102,6 +107,7 @@ class _Supervisor:
         self.log_level = log_level
         self.reload = reload
         self.workers: list[int] = []
+        self.glass_secret = glass_secret()
         self._stopping = False
         self._reloading = False
         self._last_restart = 0.0
@@ -143,7 +149,9 @@ class _Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
             _end_with(parent)
-            _worker(config, self.sock, self.folder, self.log_level, self.serve_on)
+            _worker(
+                config, self.sock, self.folder, self.log_level, self.serve_on, self.glass_secret
+            )
         except BaseException:  # a child must never return into the parent's code
             traceback.print_exc()
             code = 1
@@ -233,12 +241,17 @@ def _end_with(parent: int) -> None:
 
 
 def _worker(
-    config: GatewayConfig, sock: socket.socket, folder: Path, log_level: str, serve_on: ServeOn
+    config: GatewayConfig,
+    sock: socket.socket,
+    folder: Path,
+    log_level: str,
+    serve_on: ServeOn,
+    glass_secret: bytes,
 ) -> None:
     """One worker's life, in the forked child: its own app, event loop and metrics snapshot."""
     from steadystream.gateway.app import create_app
 
-    app = create_app(config)
+    app = create_app(config, glass_secret=glass_secret)
     state = app.state.gateway
     # One set of model labels for every worker, this one and those before and after it.
     state.model_labels.share(folder / MODEL_LABELS)

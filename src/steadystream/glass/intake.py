@@ -23,6 +23,7 @@ the labels (16, short), times (finite, in order, under a day). An error names th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -116,13 +117,27 @@ class GlassReport(BaseModel):
             raise ValueError(f"texts has {len(self.texts)} entries, arrivals {len(self.arrivals)}")
         return self
 
-    def timelines(self, *, keep_text: bool) -> tuple[Timeline, Timeline]:
-        """The page's arrivals (``client``) and paints (``glass``), in ns from request sent."""
-        labels = {**self.labels, "vantage": "browser"}
+    def timelines(
+        self,
+        *,
+        keep_text: bool,
+        redact: Callable[[str], str] = str,
+        labels: Mapping[str, str] | None = None,
+    ) -> tuple[Timeline, Timeline]:
+        """The page's arrivals (``client``) and paints (``glass``), in ns from request sent.
+
+        ``redact`` is applied to the page's label values and texts (a page may echo a key it
+        holds); ``labels`` are the server's own, and win over the page's of the same name.
+        """
+        labels = {
+            **{key: redact(value) for key, value in self.labels.items()},
+            **(labels or {}),
+            "vantage": "browser",
+        }
         outcome = Outcome(self.outcome)
         first_byte = _ns(self.first_byte_ms)
         end = _ns(self.end_ms)
-        texts = self.texts if keep_text and self.texts is not None else None
+        texts = [redact(t) for t in self.texts] if keep_text and self.texts is not None else None
         arrivals = [
             Event(_ns(t) or 0, texts[i] if texts else "", n, EventKind.CONTENT)
             for i, (t, n) in enumerate(self.arrivals)

@@ -3,7 +3,7 @@
  *
  *   const probe = SteadystreamGlass.start({ streamId, report: BASE + "/steadystream/glass" });
  *   const response = await fetch(...);       // start() just before: times count from here
- *   probe.firstByte();                        // the response's headers are in
+ *   probe.firstByte(response);                // the response's headers are in (and its token)
  *   probe.arrived(1);                         // each token (or delta) the reader yields
  *   probe.shown(1);                           // right after the DOM update that shows it
  *   await probe.finish("complete");           // after the last token: waits a frame, posts
@@ -16,10 +16,15 @@
  * unless the page passes `keepText: true` and the text to `arrived(n, text)`. Bounded: at most
  * `maxEvents` arrivals and frames (20,000 by default); beyond that the probe stops recording
  * and says so in the labels (`truncated_probe`).
+ *
+ * A gateway takes a report only with the token its answer carried (the response header
+ * X-Steadystream-Glass-Token, one report per answer): firstByte(response) keeps it, and the
+ * stream id from X-Request-Id when none was given; `token` in the options sets it outright.
  */
 (function (root) {
   "use strict";
   var SCHEMA = "steadystream.glass/1";
+  var TOKEN_HEADER = "x-steadystream-glass-token";
   var now = function () { return performance.now(); };
 
   function Probe(options) {
@@ -28,6 +33,7 @@
     this.labels = Object.assign({}, options.labels || {});
     this.keepText = options.keepText === true;
     this.headers = Object.assign({}, options.headers || {});
+    this.token = options.token ? String(options.token) : null;
     this.maxEvents = options.maxEvents || 20000;
     this.t0 = now();
     this.startedAt = Date.now() / 1000;
@@ -45,8 +51,14 @@
 
   Probe.prototype._ms = function (t) { return Math.max(0, t - this.t0); };
 
-  Probe.prototype.firstByte = function () {
+  Probe.prototype.firstByte = function (response) {
     if (this.firstByteMs === null) this.firstByteMs = this._ms(now());
+    var headers = response && response.headers;
+    if (headers && typeof headers.get === "function") {
+      var token = headers.get(TOKEN_HEADER);
+      if (token) this.token = token;
+      if (!this.streamId) this.streamId = headers.get("x-request-id") || "";
+    }
   };
 
   Probe.prototype.arrived = function (tokens, text) {
@@ -107,6 +119,7 @@
       var body = JSON.stringify(self.toJSON(outcome));
       if (!self.report) return body;
       var headers = Object.assign({ "content-type": "application/json" }, self.headers);
+      if (self.token) headers[TOKEN_HEADER] = self.token;
       return fetch(self.report, { method: "POST", headers: headers, body: body, keepalive: body.length < 60000 })
         .then(function (r) {
           if (!r.ok) return r.text().then(function (t) { throw new Error("glass report refused: " + r.status + " " + t); });

@@ -2,12 +2,15 @@
 
 ``GET /steadystream/glass.js`` serves the probe shipped in this package;
 ``POST /steadystream/glass`` takes a page's report (:mod:`steadystream.glass.intake`) and
-hands its two timelines to ``accept``. The app decides who may post (``authorize``) and where
-the timelines go; this module only checks the body.
+hands its two timelines to ``accept``. The app decides who may post and where the timelines
+go: ``admit`` runs before the body is read (keys, tokens, budgets) and gives what checks the
+report once it is parsed and turns it into timelines; this module reads and checks the body,
+within ``body_timeout_s`` when one is given (a body that trickles in holds a connection).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -17,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from steadystream._api_errors import ApiError, read_body
-from steadystream.glass.intake import GlassLimits, parse_report
+from steadystream.glass.intake import GlassLimits, GlassReport, parse_report
 from steadystream.timeline import Timeline
 
 __all__ = ["INTAKE_PATH", "PROBE_PATH", "glass_routes", "probe_source"]
@@ -26,7 +29,11 @@ PROBE_PATH = "/steadystream/glass.js"
 INTAKE_PATH = "/steadystream/glass"
 
 Accept = Callable[[Sequence[Timeline]], None]
-Authorize = Callable[[Request], None]  # raises ApiError to refuse
+Take = Callable[[GlassReport, int], Sequence[Timeline]]
+"""Checks a parsed report (and its size in bytes) against what was admitted, and gives the
+timelines to record; raises :class:`ApiError` to refuse."""
+Admit = Callable[[Request], Take]
+"""Decides, before the body is read, whether a post may be made; raises to refuse."""
 
 
 @cache
@@ -40,9 +47,11 @@ def glass_routes(
     limits: GlassLimits,
     *,
     keep_text: bool = False,
-    authorize: Authorize | None = None,
+    admit: Admit | None = None,
+    body_timeout_s: float | None = None,
 ) -> list[Route]:
-    """The probe and, when ``accept`` is given, the intake (else posts get 403)."""
+    """The probe and, when ``accept`` is given, the intake (else posts get 403). Without
+    ``admit`` every post is taken (the replay's, on loopback)."""
 
     async def probe(request: Request) -> Response:
         headers = {"cache-control": "public, max-age=300"}
@@ -57,18 +66,31 @@ def glass_routes(
                     type="permission_error",
                     code="glass_off",
                 )
-            if authorize is not None:
-                authorize(request)
-            raw = await read_body(request, limits.max_body_bytes)
+            take = admit(request) if admit is not None else None
+            raw = await _read(request, limits.max_body_bytes, body_timeout_s)
             report = parse_report(raw, limits)
+            if take is None:
+                timelines: Sequence[Timeline] = report.timelines(keep_text=keep_text)
+            else:
+                timelines = take(report, len(raw))
         except ApiError as exc:
             return exc.response()
         except ClientDisconnect:  # the page left before its report was in: nothing to keep
             return Response(status_code=400)
-        accept(report.timelines(keep_text=keep_text))
+        accept(timelines)
         return Response(status_code=204)
 
     return [
         Route(PROBE_PATH, probe, methods=["GET"]),
         Route(INTAKE_PATH, intake, methods=["POST"]),
     ]
+
+
+async def _read(request: Request, limit: int, timeout_s: float | None) -> bytes:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await read_body(request, limit)
+    except TimeoutError as exc:
+        raise ApiError(
+            408, "the glass report did not arrive in time (server.body_timeout)", code="timeout"
+        ) from exc
