@@ -1,17 +1,9 @@
-"""The optional C extension; everything else about the package is in pyproject.toml.
-
-``steadystream.stamped._lane`` is the stamped connection's read path and the gateway's
-express lane in C (docs/performance.md, "The native lane"). It is built on Linux only
-(``recvmsg`` with kernel receive stamps) and only where a C compiler is found; when the
-build fails the package installs without it and runs the same paths in Python, so an
-install never fails for want of a compiler. ``STEADYSTREAM_NATIVE=0`` turns it off at run
-time.
-"""
+"""The build's one check; everything else about the package is in pyproject.toml."""
 
 import sys
 
 import setuptools
-from setuptools import Extension, setup
+from setuptools import setup
 
 # pyproject.toml names the license as PEP 639 has it (``license = "Apache-2.0"``), which
 # setuptools reads from version 77 on; older ones refuse the file with a schema error that
@@ -32,27 +24,4 @@ if _found < _NEEDED:
         " the setuptools already installed), or install without --no-build-isolation."
     )
 
-extensions = []
-if sys.platform.startswith("linux"):
-    extensions.append(
-        Extension(
-            "steadystream.stamped._lane",
-            sources=[
-                "src/steadystream/stamped/_lane.c",
-                "src/steadystream/stamped/_lane_cut.c",
-                "src/steadystream/stamped/_lane_reactor.c",
-            ],
-            depends=["src/steadystream/stamped/_lane.h"],
-            extra_compile_args=[
-                "-O2",
-                "-std=c11",
-                "-fvisibility=hidden",
-                "-Wall",
-                "-Wextra",
-                "-Wno-unused-parameter",
-            ],
-            optional=True,
-        )
-    )
-
-setup(ext_modules=extensions)
+setup()

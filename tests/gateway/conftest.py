@@ -242,21 +242,3 @@ class MemorySink:
 @pytest.fixture
 def sink() -> MemorySink:
     return MemorySink()
-
-
-def keep_native_lanes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every native lane the stamped connections make from now on (none where the extension
-    is not built or is turned off), to see what they took."""
-    from steadystream.stamped import native
-
-    lanes: list[Any] = []
-    make = native.NativeLane
-    if make is None:
-        return lanes
-
-    def keeping(*args: Any, **kwargs: Any) -> Any:
-        lanes.append(lane := make(*args, **kwargs))
-        return lane
-
-    monkeypatch.setattr(native, "NativeLane", keeping)
-    return lanes

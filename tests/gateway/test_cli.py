@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from steadystream.cli import _register, app
 from steadystream.gateway import server
-from steadystream.stamped import native
 
 _register()
 runner = CliRunner()
@@ -54,4 +53,3 @@ def test_quick_start_serves_the_upstreams_given(monkeypatch: pytest.MonkeyPatch)
     ]
     assert (config.server.host, config.server.port) == ("127.0.0.1", 9999)
     assert "open (no tenants)" in result.output
-    assert f"relayed by {native.describe()}" in result.output

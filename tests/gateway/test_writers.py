@@ -6,13 +6,12 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 
 from steadystream.gateway import GatewayServer
 from steadystream.gateway import server as server_module
-from steadystream.gateway.writers import plain_socket_fd, unsent_bytes
+from steadystream.gateway.writers import unsent_bytes
 from steadystream.lab import LabServer
 from tests.gateway.conftest import chat_body, gateway_config, post, upstream
 
@@ -87,40 +86,3 @@ def test_the_relay_finds_its_client_connection_without_scanning_them_all(
     assert streamed.done
     assert len(found) == 1
     assert hasattr(found[0], "get_write_buffer_size")
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_a_plain_tcp_transport_gives_its_socket_for_the_native_lanes_writes(loop: str) -> None:
-    async def main() -> tuple[int, int]:
-        accepted: asyncio.Future[asyncio.BaseTransport] = asyncio.get_running_loop().create_future()
-
-        class Keep(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                accepted.set_result(transport)
-
-        server = await asyncio.get_running_loop().create_server(Keep, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)):
-            transport = await accepted
-            fd = plain_socket_fd(transport)  # type: ignore[arg-type]
-            expected = transport.get_extra_info("socket").fileno()
-            transport.close()
-        server.close()
-        return fd, expected
-
-    if loop == "uvloop":
-        import uvloop
-
-        fd, expected = uvloop.run(main())
-    else:
-        fd, expected = asyncio.run(main())
-    assert fd == expected >= 0
-
-
-def test_any_other_transport_gives_none() -> None:
-    class Wrapped:  # a TLS transport, a test's fake: anything not known to be plain TCP
-        def get_extra_info(self, name: str) -> object:
-            return SimpleNamespace(fileno=lambda: 3) if name == "socket" else None
-
-    assert plain_socket_fd(Wrapped()) == -1  # type: ignore[arg-type]
-    assert plain_socket_fd(None) == -1

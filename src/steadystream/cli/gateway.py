@@ -55,7 +55,6 @@ def gateway(
             with_server,
         )
         from steadystream.gateway.server import serve
-        from steadystream.stamped import native
 
         if (config is None) == (not upstream):
             raise typer.BadParameter(
@@ -74,7 +73,6 @@ def gateway(
                 f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
                 f"failover {chosen.failover.policy}, "
                 f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
-                f"; relayed by {native.describe()}"
             )
 
             def reload() -> GatewayConfig:

@@ -13,7 +13,6 @@ from steadystream._clock import Clock
 from steadystream.gateway.auth import Authenticator
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.export import GatewayMetrics, StreamLabels
-from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineSink
 from steadystream.gateway.upstreams import UpstreamPool
@@ -38,11 +37,9 @@ class GatewayState:
     """The client connection of a request, when the server that runs the app can tell
     (``GatewayServer`` and ``serve`` can): the relay sends without a hop through its buffer
     while the connection's write buffer is empty, and drops a stuck client's connection."""
-    after_writes: AfterWrites = field(default_factory=AfterWrites)
-    """The express lane's bookkeeping, run after each pass over the reads (one per loop)."""
     writes_chunks: Callable[[Scope, Send], bool] | None = None
     """Whether the server frames a started response in chunks that the relay may also write
-    to the connection itself (uvicorn's httptools protocol): the express lane."""
+    to the connection itself (uvicorn's httptools protocol): the line's direct writes."""
     glass_tokens: GlassTokens | None = None
     """With ``glass.accept``: the token each answer carries for its page's glass report."""
 

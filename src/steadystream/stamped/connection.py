@@ -5,9 +5,9 @@ the kernel's receive stamp (``kernel`` stamps) or with ``recv`` and the clock re
 loop got to it (``user`` stamps, where the kernel gives none). httptools parses the
 response (status, headers, chunked or content-length or close-delimited body); nothing
 here parses HTTP by hand. The body is handed to a sink read by read, each read with its
-stamp, before anything else looks at it. Where the native lane was built
-(:mod:`steadystream.stamped.native`), a plaintext connection on the real clock is read by it:
-the same reads, stamps and parser, with the body's common case kept out of Python.
+stamp, before anything else looks at it, from the loop's read callback: a reader that
+cannot keep up pauses the reads (:meth:`StampedConnection.pause_reading`), and the kernel's
+buffers and TCP flow control slow the server.
 
 Failures are the project's exceptions, with messages a person can act on:
 
@@ -42,7 +42,6 @@ from steadystream.stamped.kernel import (
     stamp_from_ancillary,
 )
 from steadystream.stamped.modes import StampMode
-from steadystream.stamped.native import Lane, lane_maker, reactor_for
 from steadystream.stamped.rescue import StallRescuer
 from steadystream.stamped.target import (
     Resolve,
@@ -59,7 +58,6 @@ __all__ = ["BodySink", "StampedConnection"]
 READ_SIZE = 1 << 16
 _HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
-_QUEUE_LIMIT = 1 << 18  # body bytes read ahead of a next_piece() caller
 _RESCUE_BACKLOG = 64  # reads the rescuer may queue for a stalled loop (64 KiB each at most)
 
 BodySink = Callable[[int, bytes], bool]
@@ -88,10 +86,8 @@ class StampedConnection:
         "_lock",
         "_loop",
         "_parser",
+        "_paused",
         "_pending",
-        "_queued",
-        "_queued_bytes",
-        "_queueing",
         "_read_timeout_s",
         "_reading",
         "_rescuer",
@@ -99,15 +95,12 @@ class StampedConnection:
         "_sock",
         "_stamp",
         "_stopped",
-        "_taken",
         "_timer",
         "_tls",
         "_waiter",
         "_wall",
         "clock",
         "mode",
-        "native_lane",
-        "on_piece",
         "target",
         "unstamped_reads",
     )
@@ -148,13 +141,7 @@ class StampedConnection:
         self._early: list[tuple[int, bytes]] = []
         self._early_bytes = 0
         self._sink: BodySink | None = None
-        # Sees each body piece in the read callback, before next_piece can return it; True:
-        # it took the piece whole, and next_piece never returns it.
-        self.on_piece: Callable[[int, bytes], bool] | None = None
-        self._taken = 0  # pieces on_piece took
-        self._queueing = False  # the sink is _enqueue (next_piece's), which offers on_piece
-        self._queued: collections.deque[tuple[int, bytes]] = collections.deque()
-        self._queued_bytes = 0
+        self._paused = False  # the sink's reader asked the reads to wait
         self._complete = False
         self._stopped = False
         self._waiter: asyncio.Future[None] | None = None
@@ -162,25 +149,7 @@ class StampedConnection:
         self._last_activity = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._rescuer: StallRescuer | None = None
-        # The native lane reads the socket and takes the parser's body (both cycles through
-        # this connection, broken at close: _let_go); else this connection does.
-        self.native_lane: Lane | None = None
-        make = lane_maker(clock.now_ns) if tls is None else None
-        if make is not None:
-            self.native_lane = lane = make(
-                self,
-                fd=sock.fileno(),
-                kernel=self._wall is not None,
-                offset_ns=self._wall.offset_ns if self._wall is not None else 0,
-                pending=self._pending,
-                queued=self._queued,
-            )
-            callbacks: object = _Callbacks(self, lane)
-        else:
-            callbacks = self
-        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(callbacks)
-        if self.native_lane is not None:
-            self.native_lane.bind(self._parser.feed_data)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
     # -- opening and sending -------------------------------------------------------------
 
@@ -268,6 +237,8 @@ class StampedConnection:
         Returns when the body ended, or when ``sink`` asked to stop (the connection is then
         closed: the server sees the client leave). Raises :class:`UpstreamStreamError` when
         the connection broke before the body ended, or no bytes came within the read timeout.
+        The sink is called from the loop's read callback, so it must not block; it may pause
+        the reads meanwhile (:meth:`pause_reading`).
         """
         await self.head()
         self._sink = sink
@@ -282,53 +253,19 @@ class StampedConnection:
                 await self._wait()
         return self._stamp
 
-    async def next_piece(self) -> tuple[int, bytes]:
-        """The next piece of the body and its stamp; ``(stamp, b"")`` once the body ended.
+    def pause_reading(self) -> None:
+        """Leave the socket to the kernel until :meth:`resume_reading` (a sink whose reader
+        cannot keep up): its buffers fill and TCP flow control slows the server, so a slow
+        reader costs no memory here. Reads already taken from the socket still go to the
+        sink."""
+        self._paused = True
+        self._stop_reading()
 
-        For a reader that awaits between pieces (the gateway hands each on before it reads
-        the next): pieces wait here, and past ``_QUEUE_LIMIT`` bytes the socket is left to
-        the kernel until they are taken, so a slow consumer slows the upstream, not memory.
-        Raises as :meth:`stream_body` does.
-        """
-        if self._sink is None:
-            await self.head()
-            self._sink = self._enqueue
-            self._queueing = True
-            early, self._early = self._early, []
-            for stamp, data in early:
-                self._enqueue(stamp, data)
-        queued = self._queued
-        while not queued:
-            if self._ended:
-                return self._stamp, b""
-            if self._error is not None:
-                raise self._error
-            self._start_reading()
-            try:
-                await self._wait()
-            except Exception:
-                # Pieces read before the failure, in the same drain (the rescuer reads a
-                # piece and the reset behind it together), go out first; the failure next.
-                if not queued:
-                    raise
-        stamp, data = queued.popleft()
-        self._queued_bytes -= len(data)
-        if (rescuer := self._rescuer) is not None:
-            rescuer.loop_work += 1  # the loop handing pieces on is working, not stalled
-        return stamp, data
-
-    def _enqueue(self, stamp: int, data: bytes) -> bool:
-        if (take := self.on_piece) is not None and not self._queued and take(stamp, data):
-            self._taken += 1
-            return False
-        self._queue(stamp, data)
-        return False
-
-    def _queue(self, stamp: int, data: bytes) -> None:
-        self._queued.append((stamp, data))
-        self._queued_bytes += len(data)
-        if self._queued_bytes > _QUEUE_LIMIT:
-            self._stop_reading()
+    def resume_reading(self) -> None:
+        if self._paused:
+            self._paused = False
+            if self._sink is not None and not self._ended:
+                self._start_reading()
 
     async def read_body(self, limit: int) -> bytes:
         """Up to ``limit`` bytes of the body (an error message), then stop."""
@@ -353,8 +290,8 @@ class StampedConnection:
 
     @property
     def wants_rescue(self) -> bool:
-        """Few reads queued, and no reader that asked the socket to wait (a full queue)."""
-        return len(self._pending) < _RESCUE_BACKLOG and self._queued_bytes <= _QUEUE_LIMIT
+        """Few reads queued, and no reader that asked the socket to wait (paused)."""
+        return len(self._pending) < _RESCUE_BACKLOG and not self._paused
 
     def close(self) -> None:
         if self._closed:
@@ -400,13 +337,10 @@ class StampedConnection:
             waiter.set_result(None)
 
     def _start_reading(self) -> None:
-        if self._reading or self._closed:
+        if self._reading or self._closed or self._paused:
             return
         self._reading = True
-        if (lane := self.native_lane) is not None:
-            # The loop's native lanes are read from one descriptor, in one pass per burst.
-            reactor_for(self._loop).add(self._sock.fileno(), lane)
-        elif self._hung_up:
+        if self._hung_up:
             self._loop.call_soon(self._read_hung_up)
         else:
             self._loop.add_reader(self._sock.fileno(), self._on_readable)
@@ -424,9 +358,7 @@ class StampedConnection:
     def _stop_reading(self) -> None:
         if self._reading:
             self._reading = False
-            if self.native_lane is not None:
-                reactor_for(self._loop).remove(self._sock.fileno())
-            elif not self._hung_up:
+            if not self._hung_up:
                 self._loop.remove_reader(self._sock.fileno())
         if self._timer is not None:
             self._timer.cancel()
@@ -438,8 +370,6 @@ class StampedConnection:
 
     def _check_timeout(self) -> None:
         assert self._read_timeout_s is not None
-        if (lane := self.native_lane) is not None:  # (the reads it fed itself)
-            self._last_activity = max(self._last_activity, lane.last_activity)
         idle = self._loop.time() - self._last_activity
         if idle >= self._read_timeout_s:
             self._timer = None
@@ -457,21 +387,12 @@ class StampedConnection:
         """Read what the socket holds into the queue; True if something was queued.
 
         Runs on the loop and, while the loop is stalled, on the rescuer's thread: the lock
-        keeps reads and their place in the queue in one order. (The native lane reads
-        without the lock, holding the GIL throughout: ``pulling`` tells it a read here may
-        be under way without the GIL, and to come this way meanwhile.)
+        keeps reads and their place in the queue in one order.
         """
         with self._lock:
             if self._closed:
                 return False
-            lane = self.native_lane
-            if lane is not None:
-                lane.pulling = True
-            try:
-                return self._pull()
-            finally:
-                if lane is not None:
-                    lane.pulling = False
+            return self._pull()
 
     def _pull(self) -> bool:
         try:
@@ -502,9 +423,8 @@ class StampedConnection:
         behind them, would wait for the read timeout. A broken socket never blocks a read
         (bytes, then the error, then the end), so the loop reads it one read per pass until
         the body ends or the reader asks it to wait (a full queue), with no callback at all.
-        The native lane reads from its own epoll set, which reports errors as readable.
         """
-        if self._hung_up or self._closed or self.native_lane is not None:
+        if self._hung_up or self._closed:
             return
         self._hung_up = True
         if self._reading:
@@ -531,7 +451,6 @@ class StampedConnection:
         self._read_now()
 
     def _read_now(self) -> None:
-        # (also the native lane's way back, when reads the rescuer queued wait before this)
         if self.pull():
             self.drain()
 
@@ -540,7 +459,6 @@ class StampedConnection:
         pending = self._pending
         if self._read_timeout_s is not None and pending:
             self._last_activity = self._loop.time()
-        taken, queued = self._taken, len(self._queued)
         self._draining = True
         try:
             self._drain(pending)
@@ -548,30 +466,18 @@ class StampedConnection:
             self._draining = False
             if self._closed:
                 self._let_go()
-        self._drained(taken, queued)
-
-    def _drained(self, taken: int, queued: int) -> None:
-        """After a drain: stop at the end, else wake the reader if it has something to do.
-
-        ``taken`` and ``queued``: on_piece's count and the queue's length before the drain.
-        (The native lane feeds a read itself and calls this only when it has to.)
-        """
         if self._complete or self._stopped:  # (_ended, without the call: per read)
-            self._pending.clear()
+            pending.clear()
             self._stop_reading()
-        elif self._taken != taken and len(self._queued) == queued and self._error is None:
-            return  # on_piece took every read: nothing for the waiting reader to do
-        self._wake()
+            self._wake()
+        elif self._head is None or self._sink is None or self._error is not None:
+            self._wake()  # (the sink took the body: nobody waits for it but the end)
 
     def _let_go(self) -> None:
         # The parser calls back into this connection and the sink may be one of its
         # methods: both are cycles, which would wait for the garbage collector.
         self._parser = None
         self._sink = None
-        self._queueing = False
-        self.on_piece = None
-        if self.native_lane is not None:
-            self.native_lane.release()  # (its records stay for whoever takes them)
         if self._error is not None:  # raised, its traceback holds frames whose self is this
             self._error.__traceback__ = None
 
@@ -613,7 +519,7 @@ class StampedConnection:
 
     def _feed_failed(self, exc: BaseException) -> None:
         """A feed of the parser raised ``exc``: fail the connection with the right error,
-        or raise it again when it is none of ours (the native lane calls this too)."""
+        or raise it again when it is none of ours."""
         if isinstance(exc, httptools.HttpParserCallbackError):
             # Raised by our callbacks or the caller's sink: that error, not the parser's.
             self._fail(exc.__context__ or exc)
@@ -678,13 +584,6 @@ class StampedConnection:
     def on_body(self, body: bytes) -> None:
         if self._stopped or self._complete:
             return
-        if self._queueing:  # the sink is _enqueue: inline, for the express lane's every read
-            stamp = self._stamp
-            if (take := self.on_piece) is not None and not self._queued and take(stamp, body):
-                self._taken += 1
-            else:
-                self._queue(stamp, body)  # (offered once: declined, it waits for the reader)
-            return
         sink = self._sink
         if sink is None:
             self._early_bytes += len(body)
@@ -699,17 +598,3 @@ class StampedConnection:
             self._interim = False
             return
         self._complete = True
-
-
-class _Callbacks:
-    """What the parser calls back on a natively read connection: the connection's own
-    callbacks for the head, the native lane's for the body and its end (which hand the
-    connection what they do not take, as it would have had it)."""
-
-    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
-
-    def __init__(self, conn: StampedConnection, lane: Lane) -> None:
-        self.on_header = conn.on_header
-        self.on_headers_complete = conn.on_headers_complete
-        self.on_body = lane.on_body
-        self.on_message_complete = lane.on_message_complete
