@@ -242,3 +242,9 @@ class MemorySink:
 @pytest.fixture
 def sink() -> MemorySink:
     return MemorySink()
+
+
+@pytest.fixture(autouse=True)
+def _on_each_build(build: str) -> str:
+    """Every test here runs on both builds of the relay's hot path (tests/conftest.py)."""
+    return build

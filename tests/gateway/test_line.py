@@ -8,15 +8,15 @@ import pytest
 
 from steadystream import EventKind
 from steadystream._clock import FakeClock
+from steadystream._uvicorn import client_link
 from steadystream.gateway import GatewayServer
-from steadystream.gateway import server as server_module
 from steadystream.gateway.attempt import Attempt
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import Piece
 from steadystream.gateway.failover import Cause
-from steadystream.gateway.line import StreamLine
+from steadystream.gateway.line import EventCutter, StreamLine
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
@@ -73,7 +73,8 @@ class Rig:
         self.transport = FakeTransport()
         self.outlet = RawOutlet(self.ctx, _never, self.transport, chunks=chunks)  # type: ignore[arg-type]
         config = UpstreamConfig(name="u", base_url="http://127.0.0.1:9/v1")
-        self.attempt = Attempt(config, 0, "r", Watchdog(first_token_ns=10**9, stall_ns=10**9))
+        watchdog = Watchdog(first_token_ns=10**9, stall_ns=10**9)
+        self.attempt = Attempt(config, 0, "r", watchdog, EventCutter())
         self.attempt.watchdog.start(0)
         self.conn = FakeConnection()
         self.attempt.response = self.conn  # type: ignore[assignment]
@@ -95,8 +96,10 @@ def framed(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def test_a_read_goes_out_as_one_chunk_and_is_on_both_edges_at_once() -> None:
+def test_a_read_goes_out_as_one_chunk_and_is_on_both_edges_at_once(build: str) -> None:
     rig = Rig(now=6 * MS)  # (the clock reads when the write is done)
+    compiled = type(rig.line).__module__.endswith("_c")
+    assert compiled is (build == "compiled")  # the build under test is the one that reads
     assert not rig.line.feed(5 * MS, EVENT + EVENT)
     assert rig.transport.written == [framed(EVENT + EVENT)]
     assert list(rig.up.times)[-2:] == [5 * MS, 5 * MS]
@@ -198,7 +201,8 @@ def test_the_half_event_a_read_left_is_counted_as_of_that_read() -> None:
 def test_only_uvicorns_own_chunked_send_takes_frames() -> None:
     async def wrapped(message: Any) -> None: ...
 
-    assert not server_module._writes_chunks({"type": "http"}, wrapped)
+    link = client_link(None)({"type": "http"}, wrapped)  # type: ignore[arg-type]
+    assert not link.frames
 
 
 @pytest.mark.integration

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
+from steadystream import _uvicorn
+from steadystream._uvicorn import ClientLink
 from steadystream.gateway import GatewayServer
 from steadystream.gateway import server as server_module
 from steadystream.gateway.writers import unsent_bytes
@@ -61,23 +63,23 @@ def test_the_relay_finds_its_client_connection_without_scanning_them_all(
 ) -> None:
     # uvicorn's own send leads to the connection; the scan of every open connection (a cost
     # per request that grows with the streams in flight) is only for a send something wrapped.
-    found: list[object] = []
-    original = server_module._transport_of
+    found: list[ClientLink] = []
+    original = server_module.client_link
 
     def recording(server: object) -> Callable[..., object]:
         find = original(server)  # type: ignore[arg-type]
 
         def spy(scope: object, send: object) -> object:
-            found.append(transport := find(scope, send))  # type: ignore[arg-type]
-            return transport
+            found.append(link := find(scope, send))  # type: ignore[arg-type]
+            return link
 
         return spy
 
     def no_scan(*args: object) -> None:
         raise AssertionError("scanned uvicorn's connections")
 
-    monkeypatch.setattr(server_module, "_transport_of", recording)
-    monkeypatch.setattr(server_module, "connection_of", no_scan)
+    monkeypatch.setattr(server_module, "client_link", recording)
+    monkeypatch.setattr(_uvicorn, "connection_of", no_scan)
     with (
         LabServer("steady") as lab,
         GatewayServer(gateway_config(upstream(lab, "lab"))) as gateway,
@@ -85,4 +87,5 @@ def test_the_relay_finds_its_client_connection_without_scanning_them_all(
         streamed = post(gateway.base_url, "/chat/completions", chat_body(4))
     assert streamed.done
     assert len(found) == 1
-    assert hasattr(found[0], "get_write_buffer_size")
+    assert hasattr(found[0].transport, "get_write_buffer_size")
+    assert found[0].frames  # uvicorn chunks it: the line may write frames between its sends

@@ -466,38 +466,3 @@ def test_encode_then_decode_round_trips(data: str, event: str | None, id_: str |
     (got,) = events(body)
     expected_data = data.replace("\r\n", "\n").replace("\r", "\n")
     assert got == SseEvent(expected_data, event or "message", id_, None, len(body))
-
-
-@pytest.mark.parametrize(
-    ("reads", "at_boundary"),
-    [
-        ([], False),  # a BOM may still open the stream
-        ([b"data: a\n\n"], True),
-        ([b": ping\n"], True),
-        ([b": ping\n\n"], False),  # the blank line after a comment counts toward the next item
-        ([b"data: a\n\ndata: b"], False),  # an unterminated line
-        ([b"id: 1\n"], False),  # a block begun
-        ([b"data: a\r"], False),  # an LF may pair with that CR
-        ([b"data: a\n\n\n"], False),  # a blank line's byte counts toward the next item
-        ([b"data: a\n\n", b""], True),
-    ],
-)
-def test_at_boundary_says_when_nothing_is_pending(reads: list[bytes], at_boundary: bool) -> None:
-    decoder = SseDecoder()
-    for read in reads:
-        decoder.feed(read)
-    assert decoder.at_boundary is at_boundary
-    decoder.close()
-    assert not decoder.at_boundary  # closed: nothing more is read
-
-
-def test_skipped_events_leave_the_decoder_as_feeding_them_would() -> None:
-    fed, skipped = SseDecoder(), SseDecoder()
-    for decoder in (fed, skipped):
-        decoder.feed(b"retry: 5\nid: 9\n\n: c\n")  # a retry no event has carried yet
-        assert decoder.at_boundary
-    fed.feed(b"data: a\n\n")
-    skipped.skipped_events()
-    fed_tail, skipped_tail = fed.feed(b"data: b\n\n"), skipped.feed(b"data: b\n\n")
-    assert fed_tail == skipped_tail
-    assert fed.last_event_id == skipped.last_event_id == "9"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from steadystream._exceptions import (
     ProtocolError,
@@ -20,7 +20,7 @@ from steadystream._exceptions import (
     UpstreamTimeoutError,
 )
 from steadystream.gateway.config import UpstreamConfig
-from steadystream.gateway.events import EventCutter, Failure, FallbackRewriter, Piece
+from steadystream.gateway.events import Failure, FallbackRewriter, Piece, ReadResult
 from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
@@ -29,6 +29,22 @@ from steadystream.stamped import StampedConnection
 __all__ = ["Attempt", "after_finish", "cause_of", "read_attempt"]
 
 BodySink = Callable[[int, bytes], bool]
+
+
+class EventCut(Protocol):
+    """An attempt's event cutter (:class:`~steadystream.gateway.line.EventCutter`)."""
+
+    keep_raw: bool
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+    @property
+    def envelope(self) -> dict[str, Any] | None: ...
+
+    def feed(self, data: bytes) -> ReadResult: ...
+
+    def error_at_end(self) -> str: ...
 
 
 class Attempt:
@@ -59,15 +75,15 @@ class Attempt:
         index: int,
         request_id: str,
         watchdog: Watchdog,
+        cutter: EventCut,
         *,
-        max_event_bytes: int = 1 << 20,
         choices: int = 1,
     ) -> None:
         self.upstream = upstream
         self.index = index
         self.request_id = request_id
         self.watchdog = watchdog
-        self.cutter = EventCutter(max_event_bytes=max_event_bytes)
+        self.cutter = cutter  # the events of its body (gateway/line.py)
         self.rewriter: FallbackRewriter | None = None
         self.response: StampedConnection | None = None
         self.task: asyncio.Task[Failure | None] | None = None

@@ -36,7 +36,7 @@ from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import KEEPALIVE, ChunkFormat, Failure, FallbackRewriter, Piece
 from steadystream.gateway.failover import Action, Cause, Decision, Policy, PrefixMatcher, decide
 from steadystream.gateway.guard import Guard, GuardHooks
-from steadystream.gateway.line import StreamLine
+from steadystream.gateway.line import StreamLine, line_build
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.requests import ProxyRequest
 from steadystream.gateway.state import GatewayState, labels_of
@@ -87,6 +87,7 @@ class StreamRelay(Relay):
         self.current: Attempt | None = None
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
         self.line: StreamLine | None = None  # set once the response is committed
+        self.build = line_build()  # the line's build this stream runs on (gateway/line.py)
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known
         self.guard = Guard(
             self.clock,
@@ -154,15 +155,12 @@ class StreamRelay(Relay):
             if attempt is None:
                 return
             await self._commit(send)
-            find = self.state.transport_of
-            self.transport = find(scope, send) if find is not None else None
+            find = self.state.client_link
+            link = find(scope, send) if find is not None else None
+            self.transport = link.transport if link is not None else None
             if self.pacer is None:
-                chunks = self.state.writes_chunks
                 self.outlet = RawOutlet(
-                    ctx,
-                    send,
-                    self.transport,
-                    chunks=chunks is not None and chunks(scope, send),
+                    ctx, send, self.transport, chunks=link is not None and link.frames
                 )
                 self._spawn(write_raw(ctx, self.outlet))
             else:
@@ -177,7 +175,7 @@ class StreamRelay(Relay):
                         low_watermark=limits.pacer_low_watermark,
                     )
                 )
-            self.line = StreamLine(ctx, self.outlet)
+            self.line = self.build.StreamLine(ctx, self.outlet)
             self._spawn(self.guard.run())
             try:
                 await self._run(attempt)
@@ -260,7 +258,7 @@ class StreamRelay(Relay):
             self.attempts - 1,
             info["request_id"],
             watchdog,
-            max_event_bytes=config.limits.max_event_bytes,
+            self.build.EventCutter(max_event_bytes=config.limits.max_event_bytes),
             choices=self.request.choices,
         )
         attempt.action = action

@@ -39,7 +39,7 @@ from steadystream._transport_errors import (
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
-from steadystream.stamped import StampedConnection, Target, resolve_stamps
+from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
 __all__ = [
     "ResponseTooLargeError",
@@ -372,7 +372,7 @@ class UpstreamPool:
         conn: StampedConnection | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                conn = await StampedConnection.open(
+                conn = await connection_type().open(
                     Target.from_url(f"{upstream.base_url}{path}"),
                     clock,
                     self.stamps,

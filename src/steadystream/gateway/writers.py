@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from starlette.types import Send
 
 from steadystream._types import Event, EventKind
+from steadystream._uvicorn import frame
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import ChunkFormat, Piece
 from steadystream.protocol.sse import DONE
@@ -127,7 +128,7 @@ class RawOutlet:
             return False
         data = out.data
         body = data if self._scrub is None else self._scrub(data)
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        transport.write(frame(body))
         self.sent(out, self._clock.now_ns())
         return True
 
