@@ -40,12 +40,10 @@ typecheck: $(STAMP)
 # (tests/test_import_cycles.py), so they fail `make test` too.
 COVERAGE_FLOOR := 95.0
 
-# The connection and gateway tests run twice: first on the Python build (the path of every
-# install without a C compiler, docs/performance.md), then the whole suite on the compiled
-# one, coverage counted over both.
+# The relay's tests (tests/stamped, tests/gateway, tests/protocol) run on both of its builds,
+# the Python source and the compiled one (the ``build`` fixture, tests/conftest.py).
 unit: $(STAMP) $(COMPILED) $(REAL)
-	STEADYSTREAM_NATIVE=0 $(BIN)/pytest --cov -q --no-header tests/stamped tests/gateway
-	$(BIN)/pytest --cov --cov-append --cov-fail-under=$(COVERAGE_FLOOR)
+	$(BIN)/pytest --cov --cov-fail-under=$(COVERAGE_FLOOR)
 
 # The real parts of the integration tests (tests/integration, docs/engines.md): llama.cpp's
 # server through llama-cpp-python with a small model from PyPI, and Debian's nginx and
