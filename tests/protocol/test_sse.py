@@ -466,3 +466,39 @@ def test_encode_then_decode_round_trips(data: str, event: str | None, id_: str |
     (got,) = events(body)
     expected_data = data.replace("\r\n", "\n").replace("\r", "\n")
     assert got == SseEvent(expected_data, event or "message", id_, None, len(body))
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_characters="\r\n")).map(
+                lambda text: b"data: " + text.encode() + b"\n\n"
+            ),
+            st.sampled_from(
+                [b"data:x\n\n", b"data:  two\n\n", b"id: 7\n", b"retry: 40\n", b": c\n\n"]
+            ),
+        ),
+        max_size=12,
+    ),
+    st.lists(st.integers(min_value=1, max_value=6), max_size=12),
+)
+def test_reads_of_whole_data_events_decode_as_line_by_line(
+    blocks: list[bytes], groups: list[int]
+) -> None:
+    """Servers' reads are whole ``data:`` events, which the decoder reads without a pass per
+    line: the same items, ids, retries and state as reading the same bytes one by one."""
+    reads: list[bytes] = [b"data: first\n\n"]  # (a first read checks for a byte-order mark)
+    rest = list(blocks)
+    for size in [*groups, len(rest)]:
+        if rest:
+            reads.append(b"".join(rest[:size]))
+            rest = rest[size:]
+    whole, one_by_one = SseDecoder(), SseDecoder()
+    for read in reads:
+        got = whole.feed(read)
+        want = [item for byte in read for item in one_by_one.feed(bytes([byte]))]
+        assert got == want
+        assert whole.last_event_id == one_by_one.last_event_id
+        assert whole.undispatched_bytes == one_by_one.undispatched_bytes
+        assert whole.in_event == one_by_one.in_event

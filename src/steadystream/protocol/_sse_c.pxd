@@ -18,5 +18,6 @@ cdef class SseDecoder:
     cpdef list feed(self, data)
     cpdef list close(self)
     cdef SseDecoder _copy(self)
+    cdef list _whole_events(self, bytes data)
     cdef list _take_lines(self, list lines)
     cdef object _event(self, Py_ssize_t wire_bytes)
