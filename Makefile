@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REAL := $(VENV)/.real-parts
-LANE := $(VENV)/.native-lane
+COMPILED := $(VENV)/.compiled
 
 .PHONY: demo test lint typecheck unit bench clean real-parts system-parts
 
@@ -14,15 +14,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass,ray]'
-	touch $(STAMP) $(LANE)
+	touch $(STAMP) $(COMPILED)
 
-# The native lane (a C extension, built in place by the editable install): built again when
-# its source or its build changes, so no test runs against an older build of it.
-$(LANE): $(STAMP) setup.py $(wildcard src/steadystream/stamped/_lane*.[ch])
+# The compiled build of the relay's hot path (Cython, from the *_py modules and their
+# *_c.pxd; built in place by the editable install): built again when a source changes, so
+# no test runs against an older build of it.
+$(COMPILED): $(STAMP) setup.py $(wildcard src/steadystream/*/*_py.py src/steadystream/*/*_c.pxd)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
-	touch $(LANE)
+	touch $(COMPILED)
 
-demo: $(STAMP) $(LANE)
+demo: $(STAMP) $(COMPILED)
 	$(BIN)/steadystream demo
 
 test: lint typecheck unit
@@ -39,13 +40,10 @@ typecheck: $(STAMP)
 # (tests/test_import_cycles.py), so they fail `make test` too.
 COVERAGE_FLOOR := 95.0
 
-# The connection and gateway tests run twice: first with the native lane off (the path of
-# every install without a C compiler, docs/performance.md "The native lane"), then the whole
-# suite with it, coverage counted over both.
-unit: $(STAMP) $(LANE) $(REAL)
-	STEADYSTREAM_NATIVE=0 $(BIN)/pytest --cov -q --no-header \
-		tests/stamped tests/gateway --ignore tests/gateway/test_native.py
-	$(BIN)/pytest --cov --cov-append --cov-fail-under=$(COVERAGE_FLOOR)
+# The relay's tests (tests/stamped, tests/gateway, tests/protocol) run on both of its builds,
+# the Python source and the compiled one (the ``build`` fixture, tests/conftest.py).
+unit: $(STAMP) $(COMPILED) $(REAL)
+	$(BIN)/pytest --cov --cov-fail-under=$(COVERAGE_FLOOR)
 
 # The real parts of the integration tests (tests/integration, docs/engines.md): llama.cpp's
 # server through llama-cpp-python with a small model from PyPI, and Debian's nginx and

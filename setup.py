@@ -1,14 +1,17 @@
-"""The optional C extension; everything else about the package is in pyproject.toml.
+"""The compiled twins of the relay's hot path; everything else is in pyproject.toml.
 
-``steadystream.stamped._lane`` is the stamped connection's read path and the gateway's
-express lane in C (docs/performance.md, "The native lane"). It is built on Linux only
-(``recvmsg`` with kernel receive stamps) and only where a C compiler is found; when the
-build fails the package installs without it and runs the same paths in Python, so an
-install never fails for want of a compiler. ``STEADYSTREAM_NATIVE=0`` turns it off at run
-time.
+Each module ``x_py.py`` listed in ``TWINS`` is compiled by Cython, with the types of
+``x_c.pxd`` beside it, into the extension ``x_c`` (steadystream._build picks it at run time):
+one Python source, two builds, as aiohttp builds its websocket reader. The source is copied
+to ``build/cython`` under the twin's name first, since Cython names a module after its file.
+Where Cython or a C compiler is missing the package installs without the twins, and the
+same code runs as Python; an install never fails for want of a compiler.
 """
 
+import os
+import shutil
 import sys
+from pathlib import Path
 
 import setuptools
 from setuptools import Extension, setup
@@ -32,27 +35,55 @@ if _found < _NEEDED:
         " the setuptools already installed), or install without --no-build-isolation."
     )
 
-extensions = []
-if sys.platform.startswith("linux"):
-    extensions.append(
-        Extension(
-            "steadystream.stamped._lane",
-            sources=[
-                "src/steadystream/stamped/_lane.c",
-                "src/steadystream/stamped/_lane_cut.c",
-                "src/steadystream/stamped/_lane_reactor.c",
-            ],
-            depends=["src/steadystream/stamped/_lane.h"],
-            extra_compile_args=[
-                "-O2",
-                "-std=c11",
-                "-fvisibility=hidden",
-                "-Wall",
-                "-Wextra",
-                "-Wno-unused-parameter",
-            ],
-            optional=True,
-        )
-    )
+TWINS = [
+    "steadystream.protocol._sse",
+    "steadystream.protocol._chat",
+    "steadystream.stamped._connection",
+    "steadystream.gateway._line",
+]
+_HERE = Path(__file__).resolve().parent
 
-setup(ext_modules=extensions)
+
+def compiled_twins() -> list[Extension]:
+    """The twins' extensions, or none where Cython is not installed (then said so)."""
+    if os.environ.get("STEADYSTREAM_NATIVE", "1") == "0":
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("steadystream: Cython not found; installing the Python build only", file=sys.stderr)
+        return []
+    build = _HERE / "build" / "cython"
+    sources = []
+    for name in TWINS:
+        parts = name.split(".")
+        folder = build.joinpath(*parts[:-1])
+        folder.mkdir(parents=True, exist_ok=True)
+        for depth in range(1, len(parts)):  # packages, so Cython names the module in full
+            build.joinpath(*parts[:depth], "__init__.py").touch()
+        origin = _HERE.joinpath("src", *parts[:-1])
+        source = folder / f"{parts[-1]}_c.py"
+        _copy_if_changed(origin / f"{parts[-1]}_py.py", source)
+        _copy_if_changed(origin / f"{parts[-1]}_c.pxd", folder / f"{parts[-1]}_c.pxd")
+        sources.append(str(source.relative_to(_HERE)))
+    extensions = cythonize(
+        sources,
+        compiler_directives={
+            "language_level": 3,
+            "annotation_typing": False,  # the types are the .pxd's: hints stay hints
+            "freethreading_compatible": True,
+        },
+        quiet=True,
+    )
+    for extension in extensions:
+        extension.optional = True  # no compiler: the Python build, not a failed install
+        extension.extra_compile_args = ["-O2"]
+    return extensions
+
+
+def _copy_if_changed(origin: Path, copy: Path) -> None:
+    if not copy.exists() or copy.read_bytes() != origin.read_bytes():
+        shutil.copyfile(origin, copy)
+
+
+setup(ext_modules=compiled_twins())

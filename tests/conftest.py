@@ -61,3 +61,47 @@ def ray_local() -> Iterator[Any]:
         yield ray
     finally:
         ray.shutdown()
+
+
+# -- the relay's two builds (steadystream._build) ----------------------------------------------
+
+_TWINNED = (
+    ("StampedConnection", "steadystream.stamped._connection_py"),
+    ("EventCutter", "steadystream.gateway._line_py"),
+    ("StreamLine", "steadystream.gateway._line_py"),
+    ("SseDecoder", "steadystream.protocol._sse_py"),
+    ("ChatDialect", "steadystream.protocol._chat_py"),
+)
+
+
+def _build_names() -> list[str]:
+    from steadystream._build import builds
+    from steadystream.gateway import _line_py
+
+    return ["python", "compiled"][: len(builds(_line_py))]
+
+
+@pytest.fixture(params=_build_names())
+def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on each build of the relay's hot path that is here: its Python source,
+    and that source compiled by Cython (where the package was built with a compiler).
+
+    The gateway and the bench client choose their build per stream from
+    ``STEADYSTREAM_NATIVE``; the classes a test module names itself are swapped for the
+    build's own for the test.
+    """
+    import importlib
+
+    from steadystream._build import builds, twin
+
+    name: str = request.param
+    monkeypatch.setenv("STEADYSTREAM_NATIVE", "1" if name == "compiled" else "0")
+    module = request.module
+    for attribute, source_name in _TWINNED:
+        source = importlib.import_module(source_name)
+        named = getattr(module, attribute, None)
+        if any(named is getattr(each, attribute) for each in builds(source)):
+            chosen = getattr(twin(source), attribute)
+            assert (name == "compiled") == (chosen is not getattr(source, attribute))
+            monkeypatch.setattr(module, attribute, chosen)
+    return name

@@ -16,14 +16,13 @@ from typing import Any, TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Scope
+from starlette.types import ASGIApp
 
 from steadystream._exceptions import SteadystreamError
 
 __all__ = [
     "BackgroundServer",
     "ServedApp",
-    "connection_of",
     "listening_socket",
     "new_event_loop",
     "uvicorn_config",
@@ -73,21 +72,6 @@ def listening_socket(host: str, port: int, *, send_buffer: int | None = None) ->
         sock.close()
         raise
     return sock
-
-
-def connection_of(server: uvicorn.Server, scope: Scope) -> Any | None:
-    """The uvicorn connection (protocol object) serving a request, or None.
-
-    The ASGI scope carries no handle on the transport; uvicorn's server state lists every
-    open connection with its client's address, which is unique per connection.
-    """
-    client = scope.get("client")
-    if client is None:
-        return None
-    for connection in list(server.server_state.connections):
-        if getattr(connection, "client", None) == tuple(client):
-            return connection
-    return None
 
 
 class BackgroundServer:

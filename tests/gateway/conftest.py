@@ -244,19 +244,7 @@ def sink() -> MemorySink:
     return MemorySink()
 
 
-def keep_native_lanes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every native lane the stamped connections make from now on (none where the extension
-    is not built or is turned off), to see what they took."""
-    from steadystream.stamped import native
-
-    lanes: list[Any] = []
-    make = native.NativeLane
-    if make is None:
-        return lanes
-
-    def keeping(*args: Any, **kwargs: Any) -> Any:
-        lanes.append(lane := make(*args, **kwargs))
-        return lane
-
-    monkeypatch.setattr(native, "NativeLane", keeping)
-    return lanes
+@pytest.fixture(autouse=True)
+def _on_each_build(build: str) -> str:
+    """Every test here runs on both builds of the relay's hot path (tests/conftest.py)."""
+    return build

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from steadystream.cli import _register, app
 from steadystream.gateway import server
-from steadystream.stamped import native
+from steadystream.gateway.line import describe_line
 
 _register()
 runner = CliRunner()
@@ -54,4 +54,4 @@ def test_quick_start_serves_the_upstreams_given(monkeypatch: pytest.MonkeyPatch)
     ]
     assert (config.server.host, config.server.port) == ("127.0.0.1", 9999)
     assert "open (no tenants)" in result.output
-    assert f"relayed by {native.describe()}" in result.output
+    assert f"relayed by {describe_line()}" in result.output

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Any
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import steadystream.gateway._line_py as _line_py
 from steadystream import EventKind
-from steadystream.gateway.events import ChunkFormat, EventCutter, FallbackRewriter, Piece
+from steadystream._build import builds
+from steadystream.gateway.events import ChunkFormat, FallbackRewriter, Piece
 from steadystream.gateway.failover import Cause, PrefixMatcher
+from steadystream.gateway.line import EventCutter
 from steadystream.protocol import DONE, SseDecoder, chat_chunk, encode_chunk, parse_chunk
 from steadystream.protocol.chunks import usage_chunk
 from tests.protocol.conftest import cut
@@ -288,6 +292,20 @@ SHAPES = [
 ENDS = [DONE, DONE + SHAPES[0], DONE + b": ping\n\n", DONE + b"id: 3\n", b""]
 
 
+def _cutters(
+    monkeypatch: pytest.MonkeyPatch, **kwargs: Any
+) -> tuple[_line_py.EventCutter, _line_py.EventCutter]:
+    """A cutter of each build, each on its own build's SSE cut and dialect."""
+    python, compiled = builds(_line_py)
+    assert compiled.__name__.endswith("_c"), "the compiled build is not here (make test builds it)"
+    with monkeypatch.context() as context:
+        context.setenv("STEADYSTREAM_NATIVE", "0")
+        slow = python.EventCutter(**kwargs)
+        context.setenv("STEADYSTREAM_NATIVE", "1")
+        fast = compiled.EventCutter(**kwargs)
+    return slow, fast
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(st.sampled_from(SHAPES), max_size=8),
@@ -297,7 +315,7 @@ ENDS = [DONE, DONE + SHAPES[0], DONE + b": ping\n\n", DONE + b"id: 3\n", b""]
     st.booleans(),
     st.sampled_from([1 << 20, 150]),
 )
-def test_the_fast_path_reads_every_stream_as_the_general_path_does(
+def test_the_compiled_build_cuts_every_stream_as_the_python_build_does(
     events: list[bytes],
     end: bytes,
     cuts: list[int],
@@ -306,28 +324,30 @@ def test_the_fast_path_reads_every_stream_as_the_general_path_does(
     limit: int,
 ) -> None:
     body = b"".join(events) + end
-    if whole_reads:  # reads that end at event ends: what the fast path takes
+    if whole_reads:  # reads that end at event ends: what servers send
         bounds = [0]
         for event in [*events, end]:
             bounds.append(bounds[-1] + len(event))
         cuts = [bounds[c % len(bounds)] for c in cuts]
     reads = cut(body, [c % (len(body) + 1) for c in cuts])
-    fast = EventCutter(keep_raw=keep_raw, max_event_bytes=limit)
-    general = EventCutter(keep_raw=keep_raw, max_event_bytes=limit)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        python, compiled = _cutters(monkeypatch, keep_raw=keep_raw, max_event_bytes=limit)
     for read in reads:
         if not read:
             continue
-        got, want = fast.feed(read), general._feed(read)
+        got, want = compiled.feed(read), python.feed(read)
         assert got == want
-        assert fast.pending_bytes == general.pending_bytes
-        assert fast.envelope == general.envelope
+        assert compiled.pending_bytes == python.pending_bytes
+        assert compiled.envelope == python.envelope
         if want.failure is not None or want.done:
             break
     else:
-        assert fast.error_at_end() == general.error_at_end()
+        assert compiled.error_at_end() == python.error_at_end()
 
 
-def test_the_fast_path_reads_every_pair_of_shapes_as_the_general_path_does() -> None:
+def test_the_compiled_build_cuts_every_pair_of_shapes_as_the_python_build_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each pair of shapes, after an opening chunk, read event by event and as one read."""
     opening = encode_chunk(chat_chunk("c", "m", 1, role="assistant", content=""))
     for first, second, limit in itertools.product(SHAPES, SHAPES, [1 << 20, 150]):
@@ -336,35 +356,11 @@ def test_the_fast_path_reads_every_pair_of_shapes_as_the_general_path_does() -> 
             [first + second + DONE],
             [first, second + DONE + b": ping\n\n"],
         ):
-            fast = EventCutter(max_event_bytes=limit)
-            general = EventCutter(max_event_bytes=limit)
-            assert fast.feed(opening) == general._feed(opening)
+            python, compiled = _cutters(monkeypatch, max_event_bytes=limit)
+            assert compiled.feed(opening) == python.feed(opening)
             for read in reads:
-                got, want = fast.feed(read), general._feed(read)
+                got, want = compiled.feed(read), python.feed(read)
                 assert got == want, (first, second, read)
-                assert fast.pending_bytes == general.pending_bytes
+                assert compiled.pending_bytes == python.pending_bytes
                 if want.failure is not None or want.done:
                     break
-
-
-def test_the_fast_path_takes_what_servers_send(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After the first read, reads of whole chunk events never reach the general path."""
-    cutter = EventCutter()
-    first = cutter.feed(encode_chunk(chat_chunk("c", "m", 1, role="assistant", content="")))
-    assert first.pieces[0].kind is EventKind.ROLE
-
-    def general(self: EventCutter, data: bytes) -> None:
-        raise AssertionError(f"the general path read {data!r}")
-
-    monkeypatch.setattr(EventCutter, "_feed", general)
-    two = encode_chunk(chat_chunk("c", "m", 1, content="a")) + encode_chunk(
-        chat_chunk("c", "m", 1, content="b", finish_reason="stop")
-    )
-    result = cutter.feed(two)
-    assert [(p.kind, p.text, p.finish) for p in result.pieces] == [
-        (EventKind.CONTENT, "a", None),
-        (EventKind.CONTENT, "b", "stop"),
-    ]
-    assert result.data == two
-    assert b"".join(p.raw for p in result.pieces) == two
-    assert cutter.feed(DONE).done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -44,6 +45,9 @@ def paced() -> Iterator[tuple[LabServer, GatewayServer, MemorySink]]:
             yield lab, gateway, sink
 
 
+_RUNS = itertools.count()
+
+
 def text_gaps_ms(timeline: Timeline) -> np.ndarray:
     return np.diff(timeline.times[timeline.text_mask]) / MS
 
@@ -52,6 +56,7 @@ def run(
     paced: tuple[LabServer, GatewayServer, MemorySink], key: str, request_id: str, **headers: str
 ) -> tuple[str, str, Timeline, Timeline]:
     lab, gateway, sink = paced
+    request_id = f"{request_id}-{next(_RUNS)}"  # the lab is the module's: each run its own id
     streamed = post(
         gateway.base_url,
         "/chat/completions",

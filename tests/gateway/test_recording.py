@@ -53,32 +53,15 @@ def _relayed_events() -> list[Piece]:
     ]
 
 
-def test_a_relayed_read_is_recorded_at_both_edges_as_two_adds_would() -> None:
-    events = _relayed_events()
-    relayed = StreamRecord("r", 0, {})
-    relayed.upstream.add_relayed(relayed.downstream, 5 * MS, 7 * MS, events)
-    apart = StreamRecord("r", 0, {})
-    for p in events:
-        apart.upstream.add(5 * MS, p)
-        apart.downstream.add(7 * MS, p)
-    for mine, theirs in (
-        (relayed.upstream, apart.upstream),
-        (relayed.downstream, apart.downstream),
-    ):
-        assert mine.times == theirs.times
-        assert mine.kinds == theirs.kinds
-        assert mine.texts == theirs.texts
-        assert mine.same_events(theirs)
-    assert list(relayed.downstream.times) == [7 * MS] * 4
-
-
 @pytest.mark.parametrize("differ", ["none", "keepalive", "text", "usage"])
 def test_the_downstream_counts_tokens_once_only_when_its_events_are_the_upstreams(
     differ: str,
 ) -> None:
     events = _relayed_events()
     record = StreamRecord("r", 0, {})
-    record.upstream.add_relayed(record.downstream, 1 * MS, 2 * MS, events)
+    for p in events:
+        record.upstream.add(1 * MS, p)
+        record.downstream.add(2 * MS, p)
     if differ == "keepalive":  # the gateway's own event, at the client's edge only
         record.downstream.add(3 * MS, piece(EventKind.KEEPALIVE))
     elif differ == "text":  # a fallback's rewritten text

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 
+from steadystream import _uvicorn
+from steadystream._uvicorn import ClientLink
 from steadystream.gateway import GatewayServer
 from steadystream.gateway import server as server_module
-from steadystream.gateway.writers import plain_socket_fd, unsent_bytes
+from steadystream.gateway.writers import unsent_bytes
 from steadystream.lab import LabServer
 from tests.gateway.conftest import chat_body, gateway_config, post, upstream
 
@@ -62,23 +63,23 @@ def test_the_relay_finds_its_client_connection_without_scanning_them_all(
 ) -> None:
     # uvicorn's own send leads to the connection; the scan of every open connection (a cost
     # per request that grows with the streams in flight) is only for a send something wrapped.
-    found: list[object] = []
-    original = server_module._transport_of
+    found: list[ClientLink] = []
+    original = server_module.client_link
 
     def recording(server: object) -> Callable[..., object]:
         find = original(server)  # type: ignore[arg-type]
 
         def spy(scope: object, send: object) -> object:
-            found.append(transport := find(scope, send))  # type: ignore[arg-type]
-            return transport
+            found.append(link := find(scope, send))  # type: ignore[arg-type]
+            return link
 
         return spy
 
     def no_scan(*args: object) -> None:
         raise AssertionError("scanned uvicorn's connections")
 
-    monkeypatch.setattr(server_module, "_transport_of", recording)
-    monkeypatch.setattr(server_module, "connection_of", no_scan)
+    monkeypatch.setattr(server_module, "client_link", recording)
+    monkeypatch.setattr(_uvicorn, "connection_of", no_scan)
     with (
         LabServer("steady") as lab,
         GatewayServer(gateway_config(upstream(lab, "lab"))) as gateway,
@@ -86,41 +87,5 @@ def test_the_relay_finds_its_client_connection_without_scanning_them_all(
         streamed = post(gateway.base_url, "/chat/completions", chat_body(4))
     assert streamed.done
     assert len(found) == 1
-    assert hasattr(found[0], "get_write_buffer_size")
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_a_plain_tcp_transport_gives_its_socket_for_the_native_lanes_writes(loop: str) -> None:
-    async def main() -> tuple[int, int]:
-        accepted: asyncio.Future[asyncio.BaseTransport] = asyncio.get_running_loop().create_future()
-
-        class Keep(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                accepted.set_result(transport)
-
-        server = await asyncio.get_running_loop().create_server(Keep, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)):
-            transport = await accepted
-            fd = plain_socket_fd(transport)  # type: ignore[arg-type]
-            expected = transport.get_extra_info("socket").fileno()
-            transport.close()
-        server.close()
-        return fd, expected
-
-    if loop == "uvloop":
-        import uvloop
-
-        fd, expected = uvloop.run(main())
-    else:
-        fd, expected = asyncio.run(main())
-    assert fd == expected >= 0
-
-
-def test_any_other_transport_gives_none() -> None:
-    class Wrapped:  # a TLS transport, a test's fake: anything not known to be plain TCP
-        def get_extra_info(self, name: str) -> object:
-            return SimpleNamespace(fileno=lambda: 3) if name == "socket" else None
-
-    assert plain_socket_fd(Wrapped()) == -1  # type: ignore[arg-type]
-    assert plain_socket_fd(None) == -1
+    assert hasattr(found[0].transport, "get_write_buffer_size")
+    assert found[0].frames  # uvicorn chunks it: the line may write frames between its sends

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
+import pytest
+
 from steadystream.protocol import (
     DONE,
     SseComment,
@@ -69,3 +71,9 @@ def chat_body(
 
 def comments(items: Sequence[SseItem]) -> list[str]:
     return [i.text for i in items if isinstance(i, SseComment)]
+
+
+@pytest.fixture(autouse=True)
+def _on_each_build(build: str) -> str:
+    """Every test here runs on both builds of the relay's hot path (tests/conftest.py)."""
+    return build

@@ -468,36 +468,37 @@ def test_encode_then_decode_round_trips(data: str, event: str | None, id_: str |
     assert got == SseEvent(expected_data, event or "message", id_, None, len(body))
 
 
-@pytest.mark.parametrize(
-    ("reads", "at_boundary"),
-    [
-        ([], False),  # a BOM may still open the stream
-        ([b"data: a\n\n"], True),
-        ([b": ping\n"], True),
-        ([b": ping\n\n"], False),  # the blank line after a comment counts toward the next item
-        ([b"data: a\n\ndata: b"], False),  # an unterminated line
-        ([b"id: 1\n"], False),  # a block begun
-        ([b"data: a\r"], False),  # an LF may pair with that CR
-        ([b"data: a\n\n\n"], False),  # a blank line's byte counts toward the next item
-        ([b"data: a\n\n", b""], True),
-    ],
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_characters="\r\n")).map(
+                lambda text: b"data: " + text.encode() + b"\n\n"
+            ),
+            st.sampled_from(
+                [b"data:x\n\n", b"data:  two\n\n", b"id: 7\n", b"retry: 40\n", b": c\n\n"]
+            ),
+        ),
+        max_size=12,
+    ),
+    st.lists(st.integers(min_value=1, max_value=6), max_size=12),
 )
-def test_at_boundary_says_when_nothing_is_pending(reads: list[bytes], at_boundary: bool) -> None:
-    decoder = SseDecoder()
+def test_reads_of_whole_data_events_decode_as_line_by_line(
+    blocks: list[bytes], groups: list[int]
+) -> None:
+    """Servers' reads are whole ``data:`` events, which the decoder reads without a pass per
+    line: the same items, ids, retries and state as reading the same bytes one by one."""
+    reads: list[bytes] = [b"data: first\n\n"]  # (a first read checks for a byte-order mark)
+    rest = list(blocks)
+    for size in [*groups, len(rest)]:
+        if rest:
+            reads.append(b"".join(rest[:size]))
+            rest = rest[size:]
+    whole, one_by_one = SseDecoder(), SseDecoder()
     for read in reads:
-        decoder.feed(read)
-    assert decoder.at_boundary is at_boundary
-    decoder.close()
-    assert not decoder.at_boundary  # closed: nothing more is read
-
-
-def test_skipped_events_leave_the_decoder_as_feeding_them_would() -> None:
-    fed, skipped = SseDecoder(), SseDecoder()
-    for decoder in (fed, skipped):
-        decoder.feed(b"retry: 5\nid: 9\n\n: c\n")  # a retry no event has carried yet
-        assert decoder.at_boundary
-    fed.feed(b"data: a\n\n")
-    skipped.skipped_events()
-    fed_tail, skipped_tail = fed.feed(b"data: b\n\n"), skipped.feed(b"data: b\n\n")
-    assert fed_tail == skipped_tail
-    assert fed.last_event_id == skipped.last_event_id == "9"
+        got = whole.feed(read)
+        want = [item for byte in read for item in one_by_one.feed(bytes([byte]))]
+        assert got == want
+        assert whole.last_event_id == one_by_one.last_event_id
+        assert whole.undispatched_bytes == one_by_one.undispatched_bytes
+        assert whole.in_event == one_by_one.in_event

@@ -97,3 +97,9 @@ SSE_HEAD = (
 
 def chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@pytest.fixture(autouse=True)
+def _on_each_build(build: str) -> str:
+    """Every test here runs on both builds of the relay's hot path (tests/conftest.py)."""
+    return build

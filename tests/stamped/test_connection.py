@@ -276,79 +276,42 @@ def test_https_through_memory_buffers(
         asyncio.run(exchange(url, mode, ssl_context=wrong))
 
 
-def test_pieces_can_be_pulled_one_at_a_time(serve: Serve) -> None:
+def test_a_sink_can_pause_the_reads_and_resume_them(serve: Serve) -> None:
+    """A sink whose reader cannot keep up leaves the rest to the kernel until it resumes:
+    nothing is read meanwhile, nothing is lost, and the order holds."""
     bodies = [b"data: %d\n\n" % i for i in range(5)]
     server = serve(events_script(*(chunked(body) for body in bodies)))
 
-    async def pull() -> list[tuple[int, bytes]]:
+    async def read() -> tuple[list[tuple[int, bytes]], int]:
         conn = await StampedConnection.open(
             Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
         )
+        pieces: list[tuple[int, bytes]] = []
+        while_paused = 0
+
+        def sink(stamp: int, data: bytes) -> bool:
+            pieces.append((stamp, data))
+            if len(pieces) == 1:
+                conn.pause_reading()
+                asyncio.get_running_loop().call_later(0.1, resume)
+            return False
+
+        def resume() -> None:
+            nonlocal while_paused
+            while_paused = len(pieces)
+            conn.resume_reading()
+
         try:
             await conn.send("POST", {}, b"{}")
-            pieces: list[tuple[int, bytes]] = []
-            while True:
-                stamp, data = await conn.next_piece()
-                if not data:
-                    return pieces
-                pieces.append((stamp, data))
-                await asyncio.sleep(0.001)  # a consumer that awaits between pieces
+            await conn.stream_body(sink)
+            return pieces, while_paused
         finally:
             conn.close()
 
-    pieces = asyncio.run(pull())
+    pieces, while_paused = asyncio.run(read())
+    assert while_paused == 1  # 100 ms paused, every other event already sent: none read
     assert b"".join(data for _, data in pieces) == b"".join(bodies)
     assert [stamp for stamp, _ in pieces] == sorted(stamp for stamp, _ in pieces)
-
-
-class _CountingWakes(StampedConnection):
-    __slots__ = ("wakes",)
-
-    def _wake(self, error: BaseException | None = None) -> None:
-        self.wakes = getattr(self, "wakes", 0) + (error is None)
-        super()._wake(error)
-
-
-def test_pieces_on_piece_takes_are_not_handed_on_and_do_not_wake_the_reader(serve: Serve) -> None:
-    bodies = [b"data: %d\n\n" % i for i in range(6)]
-    server = serve(events_script(*(chunked(body) for body in bodies)))
-
-    async def pull() -> tuple[list[bytes], list[bytes], int]:
-        conn = await _CountingWakes.open(
-            Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
-        )
-        taken: list[bytes] = []
-        offered: list[bytes] = []
-
-        def take(stamp: int, data: bytes) -> bool:
-            assert all(data is not seen for seen in offered), "a read was offered twice"
-            offered.append(data)
-            if b"data: 5" in data:
-                return False  # the last: for the reader
-            taken.append(data)
-            return True
-
-        conn.on_piece = take
-        try:
-            await conn.send("POST", {}, b"{}")
-            pieces: list[bytes] = []
-            while True:
-                _, data = await conn.next_piece()
-                if not data:
-                    return taken, pieces, getattr(conn, "wakes", 0)
-                pieces.append(data)
-        finally:
-            conn.close()
-
-    taken, pieces, wakes = asyncio.run(pull())
-    joined = b"".join(taken + pieces)
-    assert joined == b"".join(bodies)
-    assert taken
-    assert pieces
-    assert b"data: 5" in pieces[-1]
-    assert all(b"data: 5" not in data for data in taken)
-    # Woken for the head, the pieces it got and the end; not for the reads on_piece took.
-    assert wakes <= 2 + len(pieces)
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -369,18 +332,21 @@ def test_pieces_read_before_a_reset_are_handed_on_before_it(serve: Serve, loop: 
     server = serve(last_then_reset)
     pieces: list[bytes] = []
 
-    async def pull() -> None:
+    async def read() -> None:
         conn = await StampedConnection.open(
             Target.from_url(server.url), MonotonicClock(), StampMode.KERNEL
         )
+
+        def sink(_stamp: int, data: bytes) -> bool:
+            pieces.append(data)
+            if len(pieces) == 1:
+                got_first.set()
+                time.sleep(0.3)  # a busy loop: the rescuer reads for it meanwhile
+            return False
+
         try:
             await conn.send("POST", {}, b"{}")
-            while True:
-                _, data = await conn.next_piece()
-                pieces.append(data)
-                if len(pieces) == 1:
-                    got_first.set()
-                    time.sleep(0.3)  # a busy loop: the rescuer reads for it meanwhile
+            await conn.stream_body(sink)
         finally:
             conn.close()
 
@@ -389,7 +355,7 @@ def test_pieces_read_before_a_reset_are_handed_on_before_it(serve: Serve, loop: 
         asyncio.Runner(loop_factory=factory) as runner,
         pytest.raises(UpstreamStreamError, match=r"connection lost mid-stream: .*reset"),
     ):
-        runner.run(pull())
+        runner.run(read())
     assert b"".join(pieces) == b"data: 1\n\ndata: 2\n\n"
 
 
@@ -475,9 +441,9 @@ def test_a_failure_behind_the_head_is_the_bodys_to_report(serve: Serve) -> None:
                 conn.drain()
             head = await waiting
             assert head.status == 200
-            pieces = [(await conn.next_piece())[1]]
+            pieces: list[bytes] = []
             with pytest.raises(UpstreamStreamError, match="reset"):
-                await conn.next_piece()
+                await conn.stream_body(lambda _stamp, data: pieces.append(data) is not None)
             return pieces
         finally:
             conn.close()

@@ -39,7 +39,13 @@ from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
 from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import SseEvent, SseItem, StreamRecorder, is_done, parse_chunk
-from steadystream.stamped import ResponseHead, StampedConnection, StampMode, Target
+from steadystream.stamped import (
+    ResponseHead,
+    StampedConnection,
+    StampMode,
+    Target,
+    connection_type,
+)
 from steadystream.stamped.target import Resolve
 from steadystream.timeline import Timeline
 
@@ -146,7 +152,7 @@ class StreamClient:
         state = _State(self, request_id, cancel, endpoint.max_tokens(spec))
         conn: StampedConnection | None = None
         try:
-            conn = await StampedConnection.open(
+            conn = await connection_type().open(
                 self.target,
                 clock,
                 self.stamps,

@@ -54,8 +54,8 @@ def gateway(
             load_config,
             with_server,
         )
+        from steadystream.gateway.line import describe_line
         from steadystream.gateway.server import serve
-        from steadystream.stamped import native
 
         if (config is None) == (not upstream):
             raise typer.BadParameter(
@@ -74,7 +74,7 @@ def gateway(
                 f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
                 f"failover {chosen.failover.policy}, "
                 f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
-                f"; relayed by {native.describe()}"
+                f"; relayed by {describe_line()}"
             )
 
             def reload() -> GatewayConfig:

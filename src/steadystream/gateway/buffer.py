@@ -2,9 +2,12 @@
 
 One reader puts, one writer gets. The buffer holds at most ``max_bytes`` (one item larger
 than that is let in alone, so a big read never deadlocks) and ``max_events`` events (an item
-is one read, holding one or more events); when full,
-:meth:`StreamBuffer.put` waits, the reader stops reading, aiohttp's own bounded buffer fills
-and TCP flow control slows the upstream. Per-stream memory is therefore bounded, and the
+is one read, holding one or more events). The stream's line adds each read that the client
+could not take at once (:meth:`StreamBuffer.add`, from the upstream's read callback, where
+nothing may wait): an add that fills the buffer pauses the upstream's reads until the writer
+has made room again (``on_room``), so the kernel's buffers fill and TCP flow control slows
+the upstream. The relay's own last words (an in-band error, ``[DONE]``) wait for room
+(:meth:`StreamBuffer.put`). Per-stream memory is therefore bounded, and the
 buffer measures its own peak, counting also the half event the reader holds outside it
 (:meth:`StreamBuffer.hold`), so one huge event shows in the peak.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from typing import Generic, TypeVar
 
 from steadystream._types import Nanos
@@ -40,6 +43,7 @@ class StreamBuffer(Generic[T]):
         "events",
         "max_bytes",
         "max_events",
+        "on_room",
         "peak_bytes",
         "waits",
     )
@@ -57,6 +61,9 @@ class StreamBuffer(Generic[T]):
         self.events = 0
         self.peak_bytes = 0
         self.waits = 0  # how often the reader had to wait: the client was slower
+        # Called when the writer took an item and the buffer has room again after an add
+        # that filled it (the line resumes the upstream's reads).
+        self.on_room: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -90,6 +97,22 @@ class StreamBuffer(Generic[T]):
                     self._putter = None
         self._add(item, size, events)
 
+    def add(self, item: T, size: int, events: int = 1) -> bool:
+        """Add ``item`` without waiting, full or not; True when the buffer is now full (the
+        caller stops producing until ``on_room`` is called)."""
+        if self._closed:
+            raise RuntimeError("add() on a closed buffer")
+        self._add(item, size, events)
+        if self.full:
+            self.waits += 1
+            return True
+        return False
+
+    @property
+    def full(self) -> bool:
+        """At its bounds (or past them by the one item that crossed them)."""
+        return self.events >= self.max_events or self.bytes >= self.max_bytes
+
     def offer(self, item: T, size: int) -> bool:
         """Add ``item`` only if nothing is waiting to be written (keepalives use this)."""
         if self._closed or self._items:
@@ -118,6 +141,8 @@ class StreamBuffer(Generic[T]):
         putter = self._putter
         if putter is not None and not putter.done():
             putter.set_result(None)
+        if (room := self.on_room) is not None and not self.full:
+            room()
         return item
 
     def close(self) -> None:

@@ -3,8 +3,9 @@
 A :class:`StreamContext` holds the few things they all touch (the clock, the bounded buffer,
 the stuck-client rule, the record of both edges, what was committed, the envelope of the
 first upstream's chunks, whether the answer went out whole) and nothing that decides: the
-relay decides, the helpers do their one job and report through this context or through
-callbacks they are given (STYLE.md 13). Each can so be built and tested alone.
+relay decides, the helpers (the line, the writers, the guard) do their one job and report
+through this context or through callbacks they are given (STYLE.md 13). Each can so be
+built and tested alone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from steadystream._clock import Clock
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.events import Piece
 from steadystream.gateway.failover import Progress
-from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.recording import StreamRecord
 
 __all__ = ["EVENT_OVERHEAD_BYTES", "Out", "StreamContext"]
@@ -50,12 +50,10 @@ class StreamContext:
     """The shared state of one stream (see the module docstring)."""
 
     __slots__ = (
-        "after_writes",
         "answered",
         "buffer",
         "clock",
         "envelope",
-        "native_records",
         "progress",
         "record",
         "scrub",
@@ -71,7 +69,6 @@ class StreamContext:
         stuck: StuckClient,
         *,
         scrub: Callable[[bytes], bytes] | None = None,
-        after_writes: AfterWrites | None = None,
     ) -> None:
         self.clock = clock
         self.record = record
@@ -82,18 +79,3 @@ class StreamContext:
         self.answered = False  # [DONE] (or a refusal) went out: a disconnect is no cancel
         self.wake_guard: Callable[[], None] = _nothing  # a deadline may have moved closer
         self.scrub = scrub  # hides upstream keys in what goes to the client (None: no keys)
-        # The express lane's bookkeeping waiting for the end of the loop's pass (later.py);
-        # the reader runs it before it handles a read of its own, so the order holds.
-        self.after_writes = after_writes if after_writes is not None else AfterWrites()
-        # Takes the records the native lane keeps for the running attempt (attempt.py);
-        # they are newer than anything in after_writes for this stream.
-        self.native_records: Callable[[], None] | None = None
-
-    def settle(self) -> None:
-        """Bring the records, the watchdog and the progress up to what went to the client:
-        the express lane's bookkeeping, then the native lane's. Whatever reads or adds to
-        them runs this first."""
-        if self.after_writes:
-            self.after_writes.run()
-        if (take := self.native_records) is not None:
-            take()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -32,9 +31,6 @@ from steadystream.gateway.events import Piece
 from steadystream.timeline import Timeline, assign_tokens, is_text_kind
 
 __all__ = ["EdgeLog", "StreamRecord", "TimelineRecorder", "TimelineSink"]
-
-_CONTENT_KIND = bytes([EventKind.CONTENT])
-_NO_USAGE = array("q", [-1])
 
 
 class TimelineSink(Protocol):
@@ -85,54 +81,6 @@ class EdgeLog:
         self._text_bytes.append(len(text) if text.isascii() else len(text.encode()))
         self._usage.append(piece.usage)
         self.texts.append(text)
-
-    def add_relayed(
-        self, downstream: EdgeLog, t: Nanos, sent: Nanos, pieces: Sequence[Piece]
-    ) -> None:
-        """Add ``pieces`` here at ``t`` and to ``downstream`` at ``sent``: what arrived went to
-        the client as it came (the express lane), so each piece is measured once for both."""
-        for piece in pieces:
-            kind = piece.kind
-            if kind is None:
-                continue
-            text = piece.text
-            wire = len(piece.raw) if piece.raw else piece.wire
-            text_bytes = len(text) if text.isascii() else len(text.encode())
-            usage = piece.usage
-            self.times.append(t)
-            self.kinds.append(kind)
-            self._wire.append(wire)
-            self._text_bytes.append(text_bytes)
-            self._usage.append(usage)
-            self.texts.append(text)
-            downstream.times.append(sent)
-            downstream.kinds.append(kind)
-            downstream._wire.append(wire)
-            downstream._text_bytes.append(text_bytes)
-            downstream._usage.append(usage)
-            downstream.texts.append(text)
-
-    def add_native(
-        self,
-        downstream: EdgeLog,
-        up: bytes,
-        down: bytes,
-        wire: bytes,
-        text_bytes: bytes,
-        texts: list[str],
-    ) -> None:
-        """Add the content events the native lane relayed, here and to ``downstream``: times
-        (int64) and sizes (int32) in native byte order, as the lane keeps them."""
-        count = len(texts)
-        for log, times in ((self, up), (downstream, down)):
-            if log.first_byte_ns is None:
-                log.first_byte_ns = int.from_bytes(times[:8], sys.byteorder, signed=True)
-            log.times.frombytes(times)
-            log.kinds.frombytes(_CONTENT_KIND * count)
-            log._wire.frombytes(wire)
-            log._text_bytes.frombytes(text_bytes)
-            log._usage.extend(_NO_USAGE * count)
-            log.texts += texts
 
     def mark_next(self, label: str) -> None:
         """Annotate the gap that ends at the next event (a failover, for example)."""

@@ -2,7 +2,8 @@
 
 Shape of a stream (docs/gateway.md#streams)::
 
-    upstream ──reader──► StreamBuffer (bounded) ──writer──► client
+    upstream ──line──► client, while it keeps up
+               └─────► StreamBuffer (bounded) ──writer──► client, when it does not
                  ▲                                   │
                  └──── guard: watchdog, keepalive, stuck client
 
@@ -10,9 +11,9 @@ Shape of a stream (docs/gateway.md#streams)::
   next upstream cannot fix (a 400, say) is passed through with its status and message.
 - The 200 is committed when an upstream answers 200. From then on every failure ends with an
   OpenAI-style in-band error event and ``[DONE]``; a stream is never silently truncated.
-- The reader (``attempt``) forwards upstream bytes as they came, cut at event boundaries
-  (from the socket's read callback while the client keeps up: the express lane); a
-  fallback's events are rewritten. The writers (``writers``) send and stamp. The guard
+- The line (``line``) takes each upstream read in the socket's read callback and forwards
+  its bytes as they came, cut at event boundaries (a fallback's events rewritten), to the
+  client or into the buffer; the writers (``writers``) send what waits and stamp. The guard
   (``guard``) owns the timers. They share a :class:`StreamContext`; the relay decides.
 - The whole thing races the client's disconnect (``base``); whichever way it ends, the
   upstream response is closed explicitly in ``finally``.
@@ -27,7 +28,7 @@ from starlette.types import Scope, Send
 
 from steadystream._exceptions import UpstreamError
 from steadystream._types import EventKind, Outcome
-from steadystream.gateway.attempt import Attempt, cause_of, express_lane, read_attempt
+from steadystream.gateway.attempt import Attempt, cause_of, read_attempt
 from steadystream.gateway.base import Relay
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
@@ -35,10 +36,11 @@ from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import KEEPALIVE, ChunkFormat, Failure, FallbackRewriter, Piece
 from steadystream.gateway.failover import Action, Cause, Decision, Policy, PrefixMatcher, decide
 from steadystream.gateway.guard import Guard, GuardHooks
+from steadystream.gateway.line import StreamLine, line_build
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.requests import ProxyRequest
 from steadystream.gateway.state import GatewayState, labels_of
-from steadystream.gateway.upstreams import body_reader, build_body
+from steadystream.gateway.upstreams import build_body
 from steadystream.gateway.watchdog import StallKind, Watchdog
 from steadystream.gateway.writers import RawOutlet, unsent_bytes, write_paced, write_raw
 from steadystream.protocol.sse import DONE
@@ -81,10 +83,11 @@ class StreamRelay(Relay):
             buffer,
             StuckClient(limits.stuck_timeout),
             scrub=state.pool.byte_scrubber(),
-            after_writes=state.after_writes,
         )
         self.current: Attempt | None = None
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
+        self.line: StreamLine | None = None  # set once the response is committed
+        self.build = line_build()  # the line's build this stream runs on (gateway/line.py)
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known
         self.guard = Guard(
             self.clock,
@@ -121,13 +124,13 @@ class StreamRelay(Relay):
                 for _ in range(3):
                     await asyncio.sleep(0)
         finally:
-            # The guard's hooks lead back here: without this, every stream would leave a
-            # reference cycle for the garbage collector to find (docs/deploy.md).
+            # The guard's hooks and the line's lead back here: without this, every stream
+            # would leave a reference cycle for the garbage collector to find (docs/deploy.md).
             self.guard.release()
+            if self.line is not None:
+                self.line.release()
 
     def _close_record(self) -> None:
-        self.ctx.settle()  # (a stream cut short ends without its reader's last settle)
-        self.ctx.native_records = None
         record, buffer = self.record, self.ctx.buffer
         record.meta["buffer_peak_bytes"] = buffer.peak_bytes
         record.meta["buffer_waits"] = buffer.waits
@@ -152,15 +155,12 @@ class StreamRelay(Relay):
             if attempt is None:
                 return
             await self._commit(send)
-            find = self.state.transport_of
-            self.transport = find(scope, send) if find is not None else None
+            find = self.state.client_link
+            link = find(scope, send) if find is not None else None
+            self.transport = link.transport if link is not None else None
             if self.pacer is None:
-                chunks = self.state.writes_chunks
                 self.outlet = RawOutlet(
-                    ctx,
-                    send,
-                    self.transport,
-                    chunks=chunks is not None and chunks(scope, send),
+                    ctx, send, self.transport, chunks=link is not None and link.frames
                 )
                 self._spawn(write_raw(ctx, self.outlet))
             else:
@@ -175,6 +175,7 @@ class StreamRelay(Relay):
                         low_watermark=limits.pacer_low_watermark,
                     )
                 )
+            self.line = self.build.StreamLine(ctx, self.outlet)
             self._spawn(self.guard.run())
             try:
                 await self._run(attempt)
@@ -257,7 +258,7 @@ class StreamRelay(Relay):
             self.attempts - 1,
             info["request_id"],
             watchdog,
-            max_event_bytes=config.limits.max_event_bytes,
+            self.build.EventCutter(max_event_bytes=config.limits.max_event_bytes),
             choices=self.request.choices,
         )
         attempt.action = action
@@ -282,7 +283,6 @@ class StreamRelay(Relay):
         if self.record.upstream.header_ns is None:
             self.record.upstream.header_ns = info["header_ns"]
         attempt.response = response
-        attempt.body = body_reader(response, upstream.name)
         self.current = attempt
         self.guard.poke()
         return attempt
@@ -391,19 +391,11 @@ class StreamRelay(Relay):
         )
 
     async def _pump(self, attempt: Attempt) -> Failure | None:
-        """Run the reader of ``attempt``; the guard may stop it (a stall)."""
-        outlet = self.outlet
-        self.ctx.native_records = None  # (an earlier attempt's: taken at its end)
-        if (
-            outlet is not None
-            and outlet.chunks
-            and attempt.rewriter is None
-            and attempt.response is not None
-        ):
-            attempt.response.on_piece = express_lane(
-                self.ctx, attempt, outlet, native=attempt.response.native_lane
-            )
-        task = asyncio.ensure_future(read_attempt(self.ctx, attempt, outlet))
+        """Run ``attempt``'s body through the line until it ends; the guard may stop it."""
+        line = self.line
+        assert line is not None
+        line.begin(attempt)
+        task = asyncio.ensure_future(read_attempt(attempt, line.feed))
         attempt.task = task
         try:
             await asyncio.wait({task})
@@ -411,22 +403,16 @@ class StreamRelay(Relay):
             if not task.done():
                 task.cancel()
             attempt.task = None  # its frames refer to the attempt: no cycle through it
-            self.ctx.settle()  # what the lanes sent is in the records before they end
+        if attempt.ended:
+            # The line saw the end ([DONE] or a failure) before anything stopped the wait.
+            return attempt.end_failure
         if task.cancelled():
-            early = attempt.early
-            if early is not None and early.sent_ns is not None:
-                # Stopped after the lane sent the read that ends the answer ([DONE]) and
-                # before the reader got to it: the answer is whole, whatever stopped it.
-                attempt.early = None
-                attempt.watchdog.done()
-                return None
             return attempt.failure or Failure(Cause.STALL, "stopped by the watchdog")
         return task.result()
 
     # -- the guard's hooks ----------------------------------------------------------------------
 
     def _watched(self) -> Watchdog | None:
-        self.ctx.settle()  # a token the lanes just sent counts before the judgment
         attempt = self.current
         return attempt.watchdog if attempt is not None and attempt.reading else None
 

@@ -13,7 +13,6 @@ access log is off: a line per request would cost more than relaying its events.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -26,63 +25,19 @@ from typing import NoReturn
 import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Scope, Send
-from uvicorn.protocols.http import httptools_impl
+from starlette.types import ASGIApp
 
 from steadystream._exceptions import ConfigError
 from steadystream._gc import quiet_gc
-from steadystream._serving import (
-    ServedApp,
-    connection_of,
-    listening_socket,
-    uvicorn_config,
-)
+from steadystream._serving import ServedApp, listening_socket, uvicorn_config
 from steadystream._signals import handling
+from steadystream._uvicorn import client_link, http_protocol
 from steadystream.gateway.app import check_startable, create_app
 from steadystream.gateway.config import GatewayConfig
-from steadystream.gateway.head_timeout import head_timeout_protocol
 from steadystream.gateway.recording import TimelineSink
 from steadystream.gateway.state import GatewayState
 
 __all__ = ["GatewayServer", "serve", "serve_on"]
-
-
-def _transport_of(
-    server: uvicorn.Server,
-) -> Callable[[Scope, Send], asyncio.WriteTransport | None]:
-    """Finds a request's connection: the one behind uvicorn's own ``send`` when nothing
-    wrapped it, else among uvicorn's connections (by the client's address and port, a scan
-    of every open connection)."""
-
-    def find(scope: Scope, send: Send) -> asyncio.WriteTransport | None:
-        cycle = getattr(send, "__self__", None)  # uvicorn's request-response cycle
-        if cycle is not None and getattr(cycle, "scope", None) is scope:
-            transport = getattr(cycle, "transport", None)
-        else:
-            transport = getattr(connection_of(server, scope), "transport", None)
-        # uvloop's transports do not derive from asyncio's: check what is used.
-        usable = hasattr(transport, "get_write_buffer_size") and hasattr(transport, "abort")
-        return transport if usable else None
-
-    return find
-
-
-def _writes_chunks(scope: Scope, send: Send) -> bool:
-    """Whether ``send`` is uvicorn's own for a response its httptools protocol chunks.
-
-    That protocol frames each body send as one chunk and keeps no count of them, so a
-    chunk written to the transport between its sends is framed the same way. An HTTP/1.0
-    client gets no chunks (gateway/head_timeout.py): everything goes through ``send``.
-    """
-    cycle = getattr(send, "__self__", None)
-    return (
-        scope.get("http_version") != "1.0"
-        and isinstance(cycle, httptools_impl.RequestResponseCycle)
-        and cycle.scope is scope
-        and cycle.chunked_encoding is True
-        and cycle.response_started
-        and not cycle.response_complete
-    )
 
 
 def serve(
@@ -155,10 +110,9 @@ def serve_on(
     ``outer``, an app wrapped around it, is what uvicorn serves when given."""
     served = outer if outer is not None else app
     uv_config = uvicorn_config(served, config.server.host, sock.getsockname()[1], log_level)
-    uv_config.http = head_timeout_protocol(config.server.header_timeout / 1e9)
+    uv_config.http = http_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
-    app.state.gateway.transport_of = _transport_of(server)
-    app.state.gateway.writes_chunks = _writes_chunks
+    app.state.gateway.client_link = client_link(server)
     quiet_gc()  # the process is this server's (GatewayServer, a thread, leaves it be)
     server.run(sockets=[sock])
 
@@ -193,6 +147,5 @@ class GatewayServer(ServedApp):
         return state
 
     def _attach(self, server: uvicorn.Server) -> None:
-        self.state.transport_of = _transport_of(server)
-        self.state.writes_chunks = _writes_chunks
-        server.config.http = head_timeout_protocol(self.state.config.server.header_timeout / 1e9)
+        self.state.client_link = client_link(server)
+        server.config.http = http_protocol(self.state.config.server.header_timeout / 1e9)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,10 +9,10 @@ from dataclasses import dataclass, field
 from starlette.types import Scope, Send
 
 from steadystream._clock import Clock
+from steadystream._uvicorn import ClientLink
 from steadystream.gateway.auth import Authenticator
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.export import GatewayMetrics, StreamLabels
-from steadystream.gateway.later import AfterWrites
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineSink
 from steadystream.gateway.upstreams import UpstreamPool
@@ -34,15 +33,11 @@ class GatewayState:
     recorder: TimelineSink | None = None
     log: logging.Logger = field(default=log)
     model_labels: ModelLabels = field(default_factory=lambda: ModelLabels([], 100))
-    transport_of: Callable[[Scope, Send], asyncio.WriteTransport | None] | None = None
-    """The client connection of a request, when the server that runs the app can tell
-    (``GatewayServer`` and ``serve`` can): the relay sends without a hop through its buffer
-    while the connection's write buffer is empty, and drops a stuck client's connection."""
-    after_writes: AfterWrites = field(default_factory=AfterWrites)
-    """The express lane's bookkeeping, run after each pass over the reads (one per loop)."""
-    writes_chunks: Callable[[Scope, Send], bool] | None = None
-    """Whether the server frames a started response in chunks that the relay may also write
-    to the connection itself (uvicorn's httptools protocol): the express lane."""
+    client_link: Callable[[Scope, Send], ClientLink] | None = None
+    """A request's client connection, when the server that runs the app can tell
+    (``GatewayServer`` and ``serve`` can, through steadystream/_uvicorn.py): the line writes
+    to it without a hop through the buffer while its write buffer is empty, in chunks where
+    uvicorn frames the response so, and the relay drops a stuck client's connection."""
     glass_tokens: GlassTokens | None = None
     """With ``glass.accept``: the token each answer carries for its page's glass report."""
 

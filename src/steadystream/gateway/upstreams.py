@@ -10,16 +10,15 @@ are scrubbed from every message that could reach a log, a recording, a metric or
 (:meth:`UpstreamPool.redact`).
 
 A streamed answer goes over a stamped connection (:meth:`UpstreamPool.post_stream`, the
-kernel's receive stamps where the platform gives them) and is read through
-:func:`body_reader`; aiohttp serves the calls that need no stamps (non-streaming answers,
-``/models``).
+kernel's receive stamps where the platform gives them); aiohttp serves the calls that need no
+stamps (non-streaming answers, ``/models``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -40,14 +39,12 @@ from steadystream._transport_errors import (
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
-from steadystream.stamped import StampedConnection, Target, resolve_stamps
+from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
 __all__ = [
-    "BodyReader",
     "ResponseTooLargeError",
     "UpstreamPool",
     "UpstreamTimeoutError",
-    "body_reader",
     "build_body",
     "open_session",
     "read_whole",
@@ -69,10 +66,6 @@ _RETRY_AFTER = re.compile(
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(?:; ?charset=[A-Za-z0-9_-]+)?$"
 )
-
-BodyReader = Callable[[], Awaitable[tuple[int, bytes]]]
-"""The next bytes of a streamed body and their arrival stamp, b"" at its end; an
-:class:`UpstreamStreamError` when the connection breaks."""
 
 
 class ResponseTooLargeError(UpstreamStreamError):
@@ -151,18 +144,6 @@ def media_type(response: aiohttp.ClientResponse) -> str:
     """The upstream's content type when it is a plain media type, else JSON."""
     found = safe_header(response.headers.get("Content-Type"), _MEDIA_TYPE)
     return found if found is not None else "application/json"
-
-
-def body_reader(conn: StampedConnection, name: str) -> BodyReader:
-    """Reads a streamed body as the socket gives it, each read with its stamp, errors mapped."""
-
-    async def read() -> tuple[int, bytes]:
-        try:
-            return await conn.next_piece()
-        except (UpstreamStreamError, ProtocolError) as exc:
-            raise UpstreamStreamError(f"the connection to upstream {name!r} broke: {exc}") from exc
-
-    return read
 
 
 def open_session(config: GatewayConfig) -> aiohttp.ClientSession:
@@ -391,7 +372,7 @@ class UpstreamPool:
         conn: StampedConnection | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                conn = await StampedConnection.open(
+                conn = await connection_type().open(
                     Target.from_url(f"{upstream.base_url}{path}"),
                     clock,
                     self.stamps,

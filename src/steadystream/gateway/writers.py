@@ -1,7 +1,9 @@
 """The client side of a stream: take from the buffer, write to the client, stamp each write.
 
-Two writers. :func:`write_raw` sends the upstream's bytes as they came (the relay already cut
-them at event boundaries): no parse, no copy, one ASGI send per upstream read.
+Two writers. :func:`write_raw` sends what the buffer holds, the upstream's bytes as they came
+(the line already cut them at event boundaries): no parse, no copy, one ASGI send per
+upstream read; while the client keeps up the line writes each read itself
+(:meth:`RawOutlet.try_write`) and the buffer stays empty.
 :func:`write_paced` runs the events through the shaping package's live driver
 (:func:`steadystream.shaping.pace`) and re-encodes the paced text; events a pacer does not
 hold (role, tool calls, finish, usage, keepalives, errors) keep their original bytes.
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator
 from starlette.types import Send
 
 from steadystream._types import Event, EventKind
+from steadystream._uvicorn import frame
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import ChunkFormat, Piece
 from steadystream.protocol.sse import DONE
@@ -28,7 +31,7 @@ from steadystream.shaping import Pacer, pace
 from steadystream.shaping.base import is_paced
 from steadystream.timeline import estimate_tokens
 
-__all__ = ["RawOutlet", "plain_socket_fd", "unsent_bytes", "write_paced", "write_raw"]
+__all__ = ["RawOutlet", "unsent_bytes", "write_paced", "write_raw"]
 
 _PACED_KINDS = (EventKind.CONTENT, EventKind.REASONING)
 
@@ -61,43 +64,16 @@ def unsent_bytes(transport: asyncio.WriteTransport | None) -> int | None:
     return unsent
 
 
-_PLAIN_TCP = {
-    ("uvloop.loop", "TCPTransport"),
-    ("asyncio.selector_events", "_SelectorSocketTransport"),
-}
-
-
-def plain_socket_fd(transport: asyncio.WriteTransport | None) -> int:
-    """The client socket's descriptor when the transport is plain TCP (nothing, TLS above
-    all, between a write to that socket and the client); -1 for any other transport.
-
-    The native lane writes a chunk straight to that socket while the transport holds
-    nothing unsent (its own buffer and its loop's write queue, both in
-    ``get_write_buffer_size``), and hands the transport only what the socket did not take.
-    """
-    if transport is None:
-        return -1
-    kind = type(transport)
-    if (kind.__module__, kind.__name__) not in _PLAIN_TCP:
-        return -1
-    if transport.get_extra_info("sslcontext") is not None:
-        return -1
-    sock = transport.get_extra_info("socket")
-    try:
-        return int(sock.fileno()) if sock is not None else -1
-    except (OSError, ValueError, AttributeError):
-        return -1
-
-
 class RawOutlet:
     """Sends the upstream's bytes to the client, one read at a time, and stamps each send.
 
-    The writer task delivers what the buffer holds. The reader delivers a read itself when
-    nothing is queued or being sent and the client's connection has nothing left unsent
-    (:attr:`open`): such a send cannot wait for the client, and skipping the hop through
-    the writer task sends each event right after its read instead of after the whole burst
-    of reads the event loop is working through (a step of a batching engine writes every
-    stream at once). ``busy`` keeps the two from sending at the same time.
+    The writer task delivers what the buffer holds (:meth:`deliver`, through the server's
+    ``send``). The line writes a read itself when nothing is queued or being sent and the
+    client's connection has nothing left unsent (:meth:`try_write`): such a write cannot
+    wait for the client, and skipping the hop through the writer task sends each event right
+    after its read instead of after the whole burst of reads the event loop is working
+    through (a step of a batching engine writes every stream at once). ``busy`` keeps the
+    two from sending at the same time.
     """
 
     __slots__ = (
@@ -131,22 +107,15 @@ class RawOutlet:
         self._scrub = ctx.scrub
         self.busy = False
         # The server frames this response in HTTP/1.1 chunks and lets frames be written to
-        # its transport between its own sends (uvicorn's httptools protocol): write_now.
+        # its transport between its own sends (uvicorn's httptools protocol): try_write.
         self.chunks = chunks and transport is not None
 
-    @property
-    def open(self) -> bool:
-        """A send now would neither queue behind another nor wait for the client."""
-        transport = self.transport
-        return transport is not None and not self.busy and transport.get_write_buffer_size() == 0
+    def try_write(self, out: Out) -> bool:
+        """Write ``out`` to the client now, as one chunk, and record it; False when that
+        cannot be done without waiting or reordering (the caller buffers it).
 
-    def write_now(self, data: bytes) -> int | None:
-        """Write ``data`` to the client at once, as one chunk; None when that cannot be done.
-
-        For the reader's express lane (:func:`~steadystream.gateway.attempt.express_lane`):
-        only where the server frames chunks, nothing is being sent, and the client's
-        connection holds nothing unsent (so the write neither waits nor reorders). Returns
-        the clock reading right after the transport took the bytes; :meth:`sent` records it.
+        Only where the server frames chunks that may be written between its own sends,
+        nothing is being sent, and the client's connection holds nothing unsent.
         """
         transport = self.transport
         if (
@@ -156,10 +125,12 @@ class RawOutlet:
             or transport.is_closing()
             or transport.get_write_buffer_size()
         ):
-            return None
+            return False
+        data = out.data
         body = data if self._scrub is None else self._scrub(data)
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return self._clock.now_ns()
+        transport.write(frame(body))
+        self.sent(out, self._clock.now_ns())
+        return True
 
     async def deliver(self, out: Out) -> int:
         """Send ``out``; returns the clock reading right after the server took it."""
@@ -178,7 +149,6 @@ class RawOutlet:
 
     def sent(self, out: Out, now: int) -> None:
         """Record that ``out`` went to the client at ``now`` (the ``gateway-downstream`` edge)."""
-        self._ctx.settle()  # what the lanes sent before it is recorded before it
         t = now - self._received
         log = self._log
         if log.first_byte_ns is None:

@@ -27,9 +27,9 @@ from steadystream._gc import quiet_gc
 from steadystream._serving import (
     BackgroundServer,
     ServedApp,
-    connection_of,
     uvicorn_config,
 )
+from steadystream._uvicorn import connection_of
 from steadystream.lab.app import LabState, create_app
 from steadystream.lab.engine import LabEngine
 from steadystream.lab.responses import ConnectionResetter

@@ -45,6 +45,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
+import steadystream.protocol._chat_py as _chat_py
+import steadystream.protocol._sse_py as _sse_py
+from steadystream._build import twin
 from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
 from steadystream.protocol.chunks import (
@@ -58,7 +61,8 @@ from steadystream.protocol.chunks import (
     parse_chunk,
     usage_chunk,
 )
-from steadystream.protocol.sse import SseComment, SseDecoder, SseItem
+from steadystream.protocol.dialect import Decoded, Dialect
+from steadystream.protocol.sse import SseDecoder, SseItem
 from steadystream.timeline import Timeline, assign_tokens, is_text_kind
 
 __all__ = [
@@ -90,6 +94,7 @@ class StreamRecorder:
 
     __slots__ = (
         "_decoder",
+        "_dialect",
         "_done",
         "_end_ns",
         "_ended",
@@ -134,7 +139,8 @@ class StreamRecorder:
         self._labels = dict(labels or {})
         self._started_at = started_at
         self._sent_ns = sent_ns
-        self._decoder = SseDecoder()
+        self._decoder: SseDecoder = twin(_sse_py).SseDecoder()  # the one SSE cut, compiled
+        self._dialect: Dialect = twin(_chat_py).ChatDialect()  # where built (_build.py)
         self._times = array("q")
         self._kinds = array("B")
         self._wire = array("i")
@@ -246,35 +252,22 @@ class StreamRecorder:
         )
 
     def _record(self, t: Nanos, item: SseItem) -> None:
-        if isinstance(item, SseComment):
-            self._append(t, EventKind.KEEPALIVE, "", item.wire_bytes, _NO_USAGE)
-            return
-        event = item
-        data = event.data
-        if event.event == "message":
-            if not data:
-                self._append(t, EventKind.KEEPALIVE, "", event.wire_bytes, _NO_USAGE)
-                return
-            if data[0] != "{" and is_done(data):  # payloads are JSON objects: skip the strip
-                self._done = self._ended = True
-                self._end_ns = t
-                return
-        elif event.event != "error":  # a named event the chunk protocol has no use for
-            self._append(t, EventKind.KEEPALIVE, "", event.wire_bytes, _NO_USAGE)
-            return
         try:
-            chunk = parse_chunk(data, event=event.event)
+            decoded = self._dialect.decode(item)
         except ProtocolError as exc:
-            chunk = Chunk(EventKind.ERROR, error=str(exc))
-        usage = chunk.usage
-        running = usage.get("completion_tokens", _NO_USAGE) if usage is not None else _NO_USAGE
-        self._append(t, chunk.kind, chunk.text, event.wire_bytes, running)
-        if chunk.finish_reason is not None:
-            self._finish_reason = chunk.finish_reason
-        if usage is not None:
-            self._usage = usage
-        if chunk.kind is EventKind.ERROR:
-            self._error = chunk.error
+            decoded = Decoded(EventKind.ERROR, error=str(exc))
+        kind = decoded.kind
+        if kind is None:  # [DONE]: the end of the answer, not an event
+            self._done = self._ended = True
+            self._end_ns = t
+            return
+        self._append(t, kind, decoded.text, item.wire_bytes, decoded.usage)
+        if decoded.finish is not None:
+            self._finish_reason = decoded.finish
+        if decoded.usage_counts is not None:
+            self._usage = decoded.usage_counts
+        if kind is EventKind.ERROR:
+            self._error = decoded.error
             self._ended = True
             self._end_ns = t
 

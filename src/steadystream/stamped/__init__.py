@@ -4,7 +4,7 @@ The edge that reads token streams for the bench client and the gateway's upstrea
 (docs/bench.md, "How arrivals are stamped"). aiohttp stays for calls that need no stamps.
 """
 
-from steadystream.stamped.connection import StampedConnection
+from steadystream.stamped.connection import StampedConnection, connection_type
 from steadystream.stamped.kernel import kernel_stamps_available
 from steadystream.stamped.modes import STAMP_CHOICES, StampMode, resolve_stamps
 from steadystream.stamped.rescue import StallRescuer
@@ -17,6 +17,7 @@ __all__ = [
     "StampMode",
     "StampedConnection",
     "Target",
+    "connection_type",
     "kernel_stamps_available",
     "resolve_stamps",
 ]
