@@ -27,9 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import steadystream.protocol._chat_py as _chat_py
-import steadystream.protocol._sse_py as _sse_py
-from steadystream._build import twin
 from steadystream._exceptions import ProtocolError
 from steadystream._types import TEXT_KINDS, EventKind
 from steadystream.gateway.attempt import Attempt, EventCut, after_finish
@@ -38,7 +35,9 @@ from steadystream.gateway.events import Failure, FallbackRewriter, Piece, ReadRe
 from steadystream.gateway.failover import Cause
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
+from steadystream.protocol.chat import chat_dialect
 from steadystream.protocol.dialect import Dialect
+from steadystream.protocol.sse import SseEvent, new_decoder
 
 __all__ = ["EventCutter", "StreamLine"]
 
@@ -77,8 +76,8 @@ class EventCutter:
         max_event_bytes: int = 1 << 20,
         dialect: Dialect | None = None,
     ) -> None:
-        self._decoder = twin(_sse_py).SseDecoder()
-        self._dialect: Dialect = dialect if dialect is not None else twin(_chat_py).ChatDialect()
+        self._decoder = new_decoder()
+        self._dialect: Dialect = dialect if dialect is not None else chat_dialect()
         self._carry = bytearray()
         # Each piece's own bytes (and its payload) are needed only to re-send pieces one by
         # one (a pacer, a fallback's rewriter); a plain relay forwards the read's bytes whole.
@@ -144,7 +143,7 @@ class EventCutter:
                         wire,
                         decoded.usage,
                         decoded.finish,
-                        item.data if keep_raw else "",
+                        item.data if keep_raw and type(item) is SseEvent else "",
                         decoded.usage_counts,
                         decoded.finished,
                     )

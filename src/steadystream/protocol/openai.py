@@ -45,11 +45,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
-import steadystream.protocol._chat_py as _chat_py
-import steadystream.protocol._sse_py as _sse_py
-from steadystream._build import twin
 from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
+from steadystream.protocol.chat import chat_dialect
 from steadystream.protocol.chunks import (
     Chunk,
     chat_chunk,
@@ -62,7 +60,7 @@ from steadystream.protocol.chunks import (
     usage_chunk,
 )
 from steadystream.protocol.dialect import Decoded, Dialect
-from steadystream.protocol.sse import SseDecoder, SseItem
+from steadystream.protocol.sse import SseDecoder, SseItem, new_decoder
 from steadystream.timeline import Timeline, assign_tokens, is_text_kind
 
 __all__ = [
@@ -139,8 +137,8 @@ class StreamRecorder:
         self._labels = dict(labels or {})
         self._started_at = started_at
         self._sent_ns = sent_ns
-        self._decoder: SseDecoder = twin(_sse_py).SseDecoder()  # the one SSE cut, compiled
-        self._dialect: Dialect = twin(_chat_py).ChatDialect()  # where built (_build.py)
+        self._decoder: SseDecoder = new_decoder()  # the one SSE cut, compiled where built
+        self._dialect: Dialect = chat_dialect()
         self._times = array("q")
         self._kinds = array("B")
         self._wire = array("i")

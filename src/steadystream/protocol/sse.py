@@ -59,6 +59,7 @@ __all__ = [
     "SseItem",
     "encode_comment",
     "encode_event",
+    "new_decoder",
 ]
 
 DONE = b"data: [DONE]\n\n"
@@ -70,6 +71,12 @@ if TYPE_CHECKING:
     SseDecoder = _sse_py.SseDecoder
 else:
     SseDecoder = twin(_sse_py).SseDecoder  # compiled where built (steadystream._build)
+
+
+def new_decoder() -> _sse_py.SseDecoder:
+    """A decoder of the build that runs now (``STEADYSTREAM_NATIVE``, per stream)."""
+    decoder: _sse_py.SseDecoder = twin(_sse_py).SseDecoder()
+    return decoder
 
 
 # -- encoding -----------------------------------------------------------------------------------
