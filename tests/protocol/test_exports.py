@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from steadystream import protocol
-from steadystream.protocol import chunks, openai, sse
+from steadystream.protocol import chat, chunks, dialect, openai, sse
 
 
 def test_the_package_exports_every_module_api_once() -> None:
     assert all(hasattr(protocol, name) for name in protocol.__all__)
     assert len(set(protocol.__all__)) == len(protocol.__all__)
     modules = set(sse.__all__) | set(chunks.__all__) | set(openai.__all__)
+    modules |= set(chat.__all__) | set(dialect.__all__)
     assert modules == set(protocol.__all__)
 
 
