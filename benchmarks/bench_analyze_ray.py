@@ -9,7 +9,7 @@ times :func:`steadystream.analysis.analyze_files` over them in this process and 
 with as many CPUs as the machine has (Ray's own start is timed apart: a cluster pays it once),
 and checks that the two fleet metrics are equal, value for value. With ``--explain`` it times
 ``explain`` instead: reading the files and attributing every stall in this process, against
-:func:`steadystream.explain_files.explain_files` (two rounds of Ray tasks), and checks that
+:func:`steadystream.explanations.explain_files` (two rounds of Ray tasks), and checks that
 the two explanations are equal.
 """
 
@@ -27,7 +27,7 @@ from _synthetic import write_synthetic_jsonl
 from steadystream.analysis import analyze_files, timeline_files
 from steadystream.attribution import explain
 from steadystream.bench.verdict import load_runs
-from steadystream.explain_files import explain_files
+from steadystream.explanations import explain_files
 from steadystream.metrics import MetricConfig, fleet_metrics
 
 THRESHOLD_NS = 400_000_000

@@ -18,7 +18,7 @@ import os
 import sys
 
 from steadystream.glass.routes import probe_source
-from steadystream.report._browser import find_chromium
+from steadystream.report import find_chromium
 
 _LOOP = """({tokens, probe}) => {
   const out = document.body;

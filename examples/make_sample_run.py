@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steadystream import Event, EventKind, Timeline, TokenSource, Where
-from steadystream.files import write_jsonl
+from steadystream import Event, EventKind, Timeline, TokenSource, Where, write_timelines
 
 MS = 1_000_000
 WORDS = [
@@ -159,7 +158,7 @@ def main() -> None:
         "-o", "--output", type=Path, default=Path(__file__).with_name("sample-run.jsonl")
     )
     args = parser.parse_args()
-    count = write_jsonl(args.output, sample_run())
+    count = write_timelines(args.output, sample_run())
     print(f"wrote {count} streams to {args.output}")
 
 

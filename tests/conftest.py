@@ -1,44 +1,18 @@
-"""Shared builders for tests (as aiperf's create_record): small timelines by hand."""
+"""Fixtures for every test package: a local Ray, the relay's two builds, a Chromium.
+
+Builders (timelines, requests, servers) are in tests/support/; fixtures only here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from steadystream import Event, EventKind, Outcome, Timeline, Where
-
-MS = 1_000_000
-
-
-def make_timeline(
-    content_ms: Sequence[float],
-    *,
-    stream_id: str = "s",
-    tokens: Sequence[int] | None = None,
-    role_ms: float | None = 0.0,
-    usage_ms: float | None = None,
-    outcome: Outcome = Outcome.COMPLETE,
-    labels: dict[str, str] | None = None,
-    wire_bytes: int | None = None,
-    text: str = "w ",
-    where: Where = Where.CLIENT,
-) -> Timeline:
-    """A stream with content events at ``content_ms`` (ms after request sent)."""
-    counts = list(tokens) if tokens is not None else [1] * len(content_ms)
-    events: list[Event] = []
-    if role_ms is not None:
-        events.append(Event(round(role_ms * MS), "", 0, EventKind.ROLE, wire_bytes))
-    events += [
-        Event(round(t * MS), text * n, n, EventKind.CONTENT, wire_bytes)
-        for t, n in zip(content_ms, counts, strict=True)
-    ]
-    if usage_ms is not None:
-        events.append(Event(round(usage_ms * MS), "", 0, EventKind.USAGE, wire_bytes))
-    return Timeline.from_events(
-        events, stream_id=stream_id, where=where, outcome=outcome, labels=labels or {}
-    )
 
 
 @pytest.fixture(scope="session")
@@ -105,3 +79,41 @@ def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
             assert (name == "compiled") == (chosen is not getattr(source, attribute))
             monkeypatch.setattr(module, attribute, chosen)
     return name
+
+
+# -- a Chromium for the report's images and the glass harness --------------------------------
+
+_APT_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The path of a headless-capable Chromium, installed with apt when missing.
+
+    It installs the Debian package when the tests run as root with apt (as on CI's fresh
+    machines); anywhere else it fails and says how to install it. Browser tests are not
+    skipped: a report that no browser has opened is not tested.
+    """
+    from steadystream.report import find_chromium
+
+    found = find_chromium()
+    if found is None and _can_apt_install():
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+            done = subprocess.run(
+                command, env=env, capture_output=True, timeout=_APT_TIMEOUT_S, check=False
+            )
+            if done.returncode != 0:
+                tail = done.stderr.decode(errors="replace")[-600:]
+                pytest.fail(f"{' '.join(command)} failed ({done.returncode}): {tail}")
+        found = find_chromium()
+    if found is None:
+        pytest.fail(
+            "the report tests need Chromium: install it (Debian/Ubuntu: apt-get install"
+            " chromium) or set STEADYSTREAM_CHROMIUM to its path"
+        )
+    return found
+
+
+def _can_apt_install() -> bool:
+    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("apt-get") is not None

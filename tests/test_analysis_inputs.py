@@ -14,7 +14,7 @@ from steadystream.analysis import timeline_files
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA, gateway_metrics_path, sidecar_path
 from steadystream.files import write_jsonl
-from tests.attribution.conftest import GAP, cadence, stream
+from tests.support.attribution import GAP, cadence, stream
 
 _register()
 runner = CliRunner()

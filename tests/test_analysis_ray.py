@@ -14,8 +14,8 @@ from steadystream import TimelineFormatError
 from steadystream.analysis import analyze_files
 from steadystream.cli import _register, app
 from steadystream.files import write_timelines
-from tests.test_analysis import CONFIG, assert_same_table, random_fleet
-from tests.test_files_parquet import corrupt_parquet
+from tests.support.files import corrupt_parquet
+from tests.support.fleets import CONFIG, assert_same_table, random_fleet
 
 _register()
 runner = CliRunner()
@@ -75,7 +75,7 @@ def test_cli_ray_prints_the_same_summary(fleet_dir: Path, ray_local: Any) -> Non
 def test_a_gateway_recording_on_ray_counts_each_request_once(
     tmp_path: Path, ray_local: Any, command: str
 ) -> None:
-    from tests.test_vantage_points import gateway_folder
+    from tests.support.attribution import gateway_folder
 
     args = [command, str(gateway_folder(tmp_path)), "--json"]
     on_ray, here = runner.invoke(app, [*args, "--ray"]), runner.invoke(app, args)

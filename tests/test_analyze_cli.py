@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
-from tests.test_metrics import paused_stream, steady_stream
+from tests.support.timelines import paused_stream, steady_stream
 
 _register()
 runner = CliRunner()

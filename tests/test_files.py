@@ -17,10 +17,8 @@ from steadystream import (
     EventKind,
     InputError,
     Outcome,
-    Timeline,
     TimelineFormatError,
     TokenSource,
-    Where,
 )
 from steadystream.files import (
     JsonlWriter,
@@ -30,45 +28,13 @@ from steadystream.files import (
     write_jsonl,
     write_timelines,
 )
-from tests.conftest import make_timeline
+from tests.support.files import STREAMS, bare_stream, rich_stream
+from tests.support.timelines import make_timeline
 
 PARQUET = pytest.param(
     ".parquet",
     marks=pytest.mark.skipif(find_spec("pyarrow") is None, reason="pyarrow is not installed"),
 )
-
-
-def rich_stream(stream_id: str = "rich") -> Timeline:
-    """A stream that sets every field the format has."""
-    base = make_timeline([120, 140, 175], stream_id=stream_id, usage_ms=176, tokens=[1, 2, 1])
-    return base.replace(
-        where=Where.GATEWAY_UPSTREAM,
-        header_ns=90_000_000,
-        first_byte_ns=100_000_000,
-        end_ns=180_000_000,
-        outcome=Outcome.FAILED_OVER,
-        error="upstream a reset; finished on b",
-        usage={"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16},
-        token_source=TokenSource.USAGE_PROPORTIONAL,
-        labels={"model": "lab", "route": "/v1/chat/completions", "tenant": "acme"},
-        started_at=1763729000.123,
-        annotations={"cause": [None, None, "kv-preemption", None, None]},
-        meta={"run": "r1", "upstreams": ["a", "b"], "retry": {"after_ms": 40}},
-    )
-
-
-def bare_stream(stream_id: str = "bare") -> Timeline:
-    """None wherever None is allowed, and no text."""
-    return make_timeline([50, 70], stream_id=stream_id).replace(
-        texts=None, first_byte_ns=None, end_ns=None, usage=None
-    )
-
-
-def empty_stream() -> Timeline:
-    return Timeline.from_events([], stream_id="empty", outcome=Outcome.ERROR, error="refused")
-
-
-STREAMS = [rich_stream(), bare_stream(), empty_stream()]
 
 
 def lines_of(path: Path) -> list[dict[str, Any]]:

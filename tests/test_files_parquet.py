@@ -11,7 +11,7 @@ import pytest
 import steadystream.files
 from steadystream import SCHEMA, InputError, Outcome, TimelineFormatError
 from steadystream.files import read_parquet, write_parquet
-from tests.test_files import STREAMS, bare_stream
+from tests.support.files import STREAMS, bare_stream, corrupt_parquet
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
@@ -80,18 +80,6 @@ def test_parquet_with_no_stream(tmp_path: Path) -> None:
     assert write_parquet(path, []) == 0
     assert read_parquet(path) == []
     assert pq.read_schema(path).metadata[b"steadystream.schema"] == SCHEMA.encode()
-
-
-def corrupt_parquet(path: Path) -> None:
-    """Write a good file at ``path``, then flip bytes of its data, its footer kept intact."""
-    write_parquet(path, [bare_stream(f"s{i}") for i in range(50)])
-    data = bytearray(path.read_bytes())
-    footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, before "PAR1"
-    data_end = len(data) - 8 - footer
-    middle = data_end // 2
-    for k in range(middle, min(middle + 200, data_end)):
-        data[k] ^= 0x5A
-    path.write_bytes(bytes(data))
 
 
 def test_parquet_with_a_damaged_page_names_the_file(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from steadystream import Timeline, Where
 from steadystream.findings import Finding, find
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_metrics, stream_table
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 CADENCE_MS = 25.0
 

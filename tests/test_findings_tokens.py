@@ -5,7 +5,7 @@ from __future__ import annotations
 from steadystream import Event, EventKind, Timeline, TokenSource
 from steadystream.findings import find
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_metrics, stream_table
-from tests.conftest import MS, make_timeline
+from tests.support.timelines import MS, make_timeline
 
 
 def paced_in_pieces(stream_id: str) -> Timeline:

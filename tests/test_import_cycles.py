@@ -11,63 +11,23 @@ reader: the two modules are still one concept split in two.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.imports import imported, module_named, modules, package_of
+
 SRC = Path(__file__).parents[1] / "src"
-
-
-def modules(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file, for every module under ``root``.
-
-    A C extension (its ``.c`` source: ``stamped/_lane.c``) is a module too, one that imports
-    nothing of the project; without it, an import of it would read as one of its package.
-    """
-    found = {}
-    for path in [*root.rglob("*.py"), *root.rglob("*.c")]:
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
-
-
-def _imported(tree: ast.AST, package: str) -> Iterator[str]:
-    """Every dotted name ``tree`` imports, relative imports resolved against ``package``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*parent, base] if base else parent)
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args:
-            func, first = node.func, node.args[0]
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
-            if name == "import_module" and literal:
-                yield first.value
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
     """Module -> the modules of ``root`` it imports (a name inside a module is that module)."""
     known = modules(root)
-
-    def resolve(name: str) -> str | None:
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        return name or None
-
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         if path.suffix != ".py":
             continue  # (an extension: no imports of the project)
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for target in _imported(ast.parse(path.read_text(encoding="utf-8")), package):
-            resolved = resolve(target)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for _, target in imported(tree, package_of(name, path)):
+            resolved = module_named(target, known)
             if resolved is not None and resolved != name:
                 graph[name].add(resolved)
     return graph

@@ -7,26 +7,8 @@ import pytest
 
 from steadystream import EventKind, Outcome, Timeline
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_metrics, stream_table
-from tests.conftest import MS, make_timeline
 from tests.metrics_reference import reference
-
-TTFT_MS = 200.0
-
-
-def steady_stream() -> Timeline:
-    """200 tokens at a steady 20 ms cadence."""
-    return make_timeline([TTFT_MS + 20 * i for i in range(200)], stream_id="steady")
-
-
-def paused_stream() -> Timeline:
-    """200 tokens in the same total time, with one 2 s pause mid-answer (after token 100)."""
-    times, t = [], TTFT_MS
-    for i in range(200):
-        if i:
-            t += 2000 if i == 100 else 10
-        times.append(t)
-    return make_timeline(times, stream_id="paused")
-
+from tests.support.timelines import MS, make_timeline, paused_stream, steady_stream
 
 # A reader who keeps up with this stream: expects the first token when it comes and reads
 # 50 tokens/s; deadlines at the same cadence.

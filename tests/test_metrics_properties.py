@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from steadystream import Event, EventKind, Timeline
 from steadystream.metrics import STREAM_COLUMNS, MetricConfig, fleet_metrics, stream_table
-from steadystream.metrics._segments import lindley, segment_percentiles, segment_running_max
+from steadystream.metrics.segments import lindley, segment_percentiles, segment_running_max
 from tests.metrics_reference import reference
 
 MS = 1_000_000

@@ -22,10 +22,10 @@ from steadystream._processes import free_port
 from steadystream._ray import connected
 from steadystream.analysis import _file_table_or_error
 from steadystream.cli import _register, app
-from steadystream.explain_files import _read_file
+from steadystream.explanations import _read_file
 from steadystream.files import write_timelines
 from steadystream.metrics import MetricConfig
-from tests.test_analysis import random_fleet
+from tests.support.fleets import random_fleet
 
 ray = pytest.importorskip("ray")
 
@@ -84,7 +84,7 @@ def test_an_unexpected_error_in_a_file_task_names_the_file(
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr("steadystream.analysis.file_table", broken)
-    monkeypatch.setattr("steadystream.explain_files.load_run", broken)
+    monkeypatch.setattr("steadystream.explanations.load_run", broken)
     table = _file_table_or_error(path, MetricConfig())
     head, views, clocks = _read_file(path, MetricConfig())
     for error in (table, head):

@@ -8,7 +8,7 @@ import pytest
 from steadystream import Event, EventKind, Outcome, Timeline, TokenSource, Where
 from steadystream.protocol import timeline_from_sse
 from steadystream.timeline import assign_tokens, estimate_tokens, is_text_kind
-from tests.conftest import MS, make_timeline
+from tests.support.timelines import MS, make_timeline
 
 C, R, U = EventKind.CONTENT, EventKind.ROLE, EventKind.USAGE
 

@@ -12,36 +12,11 @@ from steadystream import Where
 from steadystream.attribution.streams import stream_numbers
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
-from tests.attribution.conftest import GAP, cadence, stream
+from tests.support.attribution import GAP, cadence, gateway_folder, stream
 
 _register()
 runner = CliRunner()
 UP, DOWN = Where.GATEWAY_UPSTREAM, Where.GATEWAY_DOWNSTREAM
-
-
-def gateway_folder(root: Path) -> Path:
-    """A gateway's recording over two files: request c's two edges are in different files,
-    d has its upstream edge only (the client went away before it was recorded downstream)."""
-    folder = root / "rec"
-    folder.mkdir()
-    write_jsonl(
-        folder / "gateway-1.jsonl",
-        [
-            stream(GAP, stream_id="a", where=UP),
-            stream(GAP, stream_id="a", where=DOWN),
-            stream(cadence(30, 20), stream_id="b", where=UP),
-            stream(cadence(30, 20), stream_id="b", where=DOWN),
-            stream(cadence(30, 20), stream_id="c", where=UP, start_ms=50),
-        ],
-    )
-    write_jsonl(
-        folder / "gateway-2.jsonl",
-        [
-            stream(cadence(30, 20), stream_id="c", where=DOWN, start_ms=50),
-            stream(cadence(30, 20), stream_id="d", where=UP, start_ms=80),
-        ],
-    )
-    return folder
 
 
 def test_stream_numbers_join_edges_across_files_and_part_reused_ids() -> None:

@@ -135,9 +135,11 @@ def analyze_files(
     inputs: list[str] = []
     files = timeline_files(paths, inputs)
     if ray or ray_address is not None:
-        from steadystream import _ray
+        import steadystream._ray as _ray
 
-        tables = _ray.map_files(_file_table_or_error, files, config, address=ray_address)
+        # A worker's folder is not the caller's: the same path there is the absolute one.
+        absolute = [path.absolute() for path in files]
+        tables = _ray.map_files(_file_table_or_error, absolute, config, address=ray_address)
     else:
         tables = [file_table(path, config) for path in files]
     return RunTables(tables, StreamTable.concat([t.table for t in tables]), inputs)

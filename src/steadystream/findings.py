@@ -15,8 +15,7 @@ import numpy.typing as npt
 
 from steadystream._types import TokenSource, Where
 from steadystream._units import format_duration, format_share
-from steadystream.metrics import FleetMetrics, MetricConfig, StreamTable
-from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
+from steadystream.metrics import ARRIVAL_WINDOW_NS, FleetMetrics, MetricConfig, StreamTable
 
 if TYPE_CHECKING:
     from steadystream.attribution import Explanation

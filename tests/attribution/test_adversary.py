@@ -13,8 +13,7 @@ from steadystream import Where
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA
 from steadystream.files import read_timelines, write_jsonl
-
-from .conftest import GAP, T0, cadence, stream
+from tests.support.attribution import GAP, T0, cadence, stream
 
 _register()
 runner = CliRunner()

@@ -13,8 +13,7 @@ from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA, sidecar_path
 from steadystream.files import write_jsonl
 from steadystream.lab import LabServer
-
-from .conftest import T0, cadence, stream
+from tests.support.attribution import T0, cadence, stream
 
 _register()
 runner = CliRunner()

@@ -14,8 +14,7 @@ from steadystream.attribution.streams import (
     stream_numbers,
     subjects_and_edges,
 )
-
-from .conftest import cadence, stream
+from tests.support.attribution import cadence, stream
 
 
 def files() -> list[list[Timeline]]:

@@ -6,8 +6,7 @@ import pytest
 
 from steadystream import TokenSource, Where
 from steadystream.attribution import UNKNOWN, EngineSamples, explain
-
-from .conftest import MS, T0, cadence, stream
+from tests.support.attribution import MS, T0, cadence, stream
 
 FREEZE = 600.0  # ms: over the 400 ms threshold
 

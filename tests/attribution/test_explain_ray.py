@@ -22,7 +22,7 @@ from steadystream.attribution.streams import outer_ranks, stream_numbers
 from steadystream.bench.verdict import load_runs
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA, sidecar_path
-from steadystream.explain_files import (
+from steadystream.explanations import (
     _attribute_group,
     _FileHead,
     _read_file,
@@ -31,9 +31,8 @@ from steadystream.explain_files import (
 )
 from steadystream.files import write_jsonl, write_timelines
 from steadystream.metrics import MetricConfig
-from tests.lab.conftest import arrivals, run_lab
-
-from .conftest import T0, cadence, stream
+from tests.support.attribution import T0, cadence, stream
+from tests.support.lab import arrivals, run_lab
 
 _register()
 runner = CliRunner()

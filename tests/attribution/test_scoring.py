@@ -6,8 +6,7 @@ import pytest
 
 from steadystream import Where
 from steadystream.attribution import NO_CAUSE, explain, score
-
-from .conftest import GAP, cadence, stream
+from tests.support.attribution import GAP, cadence, stream
 
 
 def lab(stream_id: str, cause_at_10: str | None) -> object:

@@ -1,27 +1,13 @@
-"""Shared pieces for bench tests: labs on loopback (in a thread or a process), small runs."""
+"""Fixtures of the bench tests: labs on loopback, in a thread or in a process."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from steadystream._processes import Child, free_port, steadystream_command
-from steadystream.bench import (
-    Bench,
-    ClosedLoop,
-    Endpoint,
-    RunOptions,
-    RunResult,
-    Schedule,
-    Workload,
-)
-from steadystream.bench.workload import builtin_prompts
-from steadystream.files import JsonlWriter
 from steadystream.lab import LabServer
+from tests.support.bench import LabProcess, lab_in_a_process
 
 
 @pytest.fixture
@@ -30,56 +16,7 @@ def lab() -> Iterator[LabServer]:
         yield server
 
 
-@dataclass(frozen=True)
-class LabProcess:
-    url: str
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/v1"
-
-
-@contextlib.contextmanager
-def lab_in_a_process(scenario: str = "steady") -> Iterator[LabProcess]:
-    """The lab in its own process, as in production: it shares no GIL with the client."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = steadystream_command("lab", "--port", str(port), "--scenario", scenario)
-    with Child("the lab process", command, health_url=f"{url}/healthz"):
-        yield LabProcess(url)
-
-
 @pytest.fixture(scope="module")
 def lab_process() -> Iterator[LabProcess]:
     with lab_in_a_process("steady") as lab:
         yield lab
-
-
-async def small_run(
-    base_url: str,
-    *,
-    concurrency: int = 2,
-    requests: int = 4,
-    max_tokens: int = 20,
-    options: RunOptions | None = None,
-    output: Path | None = None,
-    warmup: int = 0,
-    headers: tuple[tuple[str, str], ...] = (),
-    schedule: Schedule | None = None,
-) -> RunResult:
-    """A short run of the built-in prompts (closed loop unless a schedule is given)."""
-    endpoint = Endpoint(base_url, "lab", headers=headers)
-    workload = Workload(builtin_prompts(), max_tokens=max_tokens)
-    writer = JsonlWriter(output) if output is not None else None
-    try:
-        async with Bench(endpoint, workload) as bench:
-            if warmup:
-                await bench.warm_up(warmup)
-            return await bench.run(
-                schedule or ClosedLoop(concurrency),
-                options or RunOptions(max_requests=requests),
-                sink=writer.write if writer is not None else None,
-            )
-    finally:
-        if writer is not None:
-            writer.close()

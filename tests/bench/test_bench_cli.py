@@ -22,9 +22,7 @@ from steadystream.cli._bench_view import LiveView
 from steadystream.files import read_jsonl, write_jsonl
 from steadystream.lab import LabServer
 from steadystream.stamped import kernel_stamps_available
-
-from .test_errors import closed_port
-from .test_gate import frozen_run, steady_run
+from tests.support.bench import closed_port, frozen_run, steady_run
 
 pytestmark = pytest.mark.integration
 
@@ -77,13 +75,14 @@ def test_json_summary(lab: LabServer, tmp_path: Path) -> None:
     assert any(note.startswith("load: closed loop, concurrency 1") for note in payload["notes"])
 
 
-def test_nothing_succeeding_exits_3_with_the_first_error(tmp_path: Path) -> None:
+def test_a_server_not_there_exits_3_with_one_error_before_anything(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     result = cli.invoke(app, bench(url, tmp_path / "r.jsonl", "--requests", "2", "--warmup", "0"))
     assert result.exit_code == 3, result.output
     text = flat(result.output)
-    assert "no stream succeeded; first error:" in text
-    assert "cannot connect to http://127.0.0.1" in text
+    assert "error: cannot connect to http://127.0.0.1" in text
+    assert "p99 of worst gap" not in text  # no table of dashes before the error
+    assert not (tmp_path / "r.jsonl").exists()  # nothing was sent, nothing recorded
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,7 @@ from steadystream.bench.config import Flag, option_name
 from steadystream.bench.plan import DEFAULT_REQUESTS
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
-
-from .test_gate import steady_run
+from tests.support.bench import steady_run
 
 _register()
 

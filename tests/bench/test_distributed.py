@@ -23,8 +23,7 @@ from steadystream.bench.workload import builtin_prompts
 from steadystream.cli import _register, app
 from steadystream.files import JsonlWriter, read_jsonl, write_jsonl
 from steadystream.lab import LabServer
-
-from .test_gate import steady_run
+from tests.support.bench import steady_run
 
 
 def settings(lab: LabServer) -> BenchSettings:

@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 
-from steadystream import Outcome, SteadystreamError
+from steadystream import Outcome, SteadystreamError, UpstreamConnectError
 from steadystream.bench import BenchConfig, BenchHooks, BenchRunner, run_bench
 from steadystream.files import read_jsonl, write_jsonl
 from steadystream.lab import LabServer
-
-from .test_errors import closed_port
-from .test_gate import frozen_run, steady_run
+from tests.support.bench import closed_port, frozen_run, steady_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -91,16 +89,25 @@ async def test_a_sweep_measures_each_load(lab: LabServer, tmp_path: Path) -> Non
     }
 
 
-async def test_nothing_succeeding_is_said_and_never_gated(tmp_path: Path) -> None:
+async def test_nothing_succeeding_is_said_and_never_gated(lab: LabServer, tmp_path: Path) -> None:
     baseline = tmp_path / "base.jsonl"
     write_jsonl(baseline, steady_run())
-    url = f"http://127.0.0.1:{closed_port()}/v1"
+    url = lab.base_url.removesuffix("/v1")  # the server's root: every request gets 404
     outcome = await run_bench(
         config(url, tmp_path / "r.jsonl", requests=2, warmup=0, gate=str(baseline))
     )
     assert outcome.nothing_succeeded
-    assert "cannot connect" in outcome.first_error
+    assert "HTTP 404" in outcome.first_error
+    assert f"did you mean {lab.base_url}?" in outcome.first_error
     assert outcome.verdict is None
+
+
+async def test_a_server_not_there_is_one_error_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    with pytest.raises(UpstreamConnectError, match=r"cannot connect to http://127\.0\.0\.1"):
+        await run_bench(config(url, out, requests=2, warmup=0))
+    assert not out.exists()
 
 
 async def test_cancelling_keeps_what_finished(lab: LabServer, tmp_path: Path) -> None:

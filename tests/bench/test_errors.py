@@ -11,13 +11,11 @@ import pytest_asyncio
 from aiohttp import abc, web
 
 from steadystream import Outcome, TokenSource
-from steadystream._processes import free_port
 from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, RunResult, Workload
 from steadystream.bench.workload import builtin_prompts
 from steadystream.lab import LabServer, scenario_from_mapping
 from steadystream.protocol import DONE, chat_chunk, encode_chunk
-
-from .conftest import small_run
+from tests.support.bench import closed_port, small_run
 
 pytestmark = pytest.mark.integration
 
@@ -92,10 +90,6 @@ async def one(base_url: str, **bench: Any) -> RunResult:
     endpoint = Endpoint(base_url, bench.pop("model", "lab"), headers=bench.pop("headers", ()))
     async with Bench(endpoint, Workload(builtin_prompts(), max_tokens=8), **bench) as session:
         return await session.run(ClosedLoop(1), RunOptions(max_requests=1))
-
-
-def closed_port() -> int:
-    return free_port()  # closed again once found: nothing listens there
 
 
 @pytest.mark.asyncio

@@ -8,27 +8,15 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from steadystream import SpecError, Timeline
+from steadystream import SpecError
 from steadystream.bench.gate import GateRule, compare, gateable_metrics, parse_rules
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
 from steadystream.metrics import fleet_metrics
-from tests.conftest import make_timeline
+from tests.support.bench import frozen_run, steady_run
 
 _register()
 cli = CliRunner()
-
-
-def steady_run(n: int = 10, gap_ms: float = 20.0) -> list[Timeline]:
-    return [
-        make_timeline([100 + gap_ms * i for i in range(50)], stream_id=f"s{k}") for k in range(n)
-    ]
-
-
-def frozen_run(n: int = 10) -> list[Timeline]:
-    # Each stream freezes for 600 ms once, mid-answer: worst gap and goodput break.
-    times = [100 + 20.0 * i for i in range(25)] + [700 + 20.0 * i for i in range(25, 50)]
-    return [make_timeline(times, stream_id=f"f{k}") for k in range(n)]
 
 
 # -- rules ---------------------------------------------------------------------------------------
@@ -161,9 +149,15 @@ def test_gate_json(runs: dict[str, Path]) -> None:
     payload = orjson.loads(result.output)
     assert payload["passed"] is False
     goodput = next(r for r in payload["rows"] if r["metric"] == "goodput")
-    assert list(goodput) == ["metric", "baseline", "current", "change", "limit", "verdict"]
+    assert list(goodput) == [
+        *("metric", "baseline", "current", "change", "limit", "verdict"),
+        *("baseline_interval", "current_interval", "change_interval"),
+    ]
     assert goodput["limit"] == "-50pt"
     assert goodput["verdict"] == "FAIL"
+    # every frozen stream is alike, as every base stream is: no draw moves goodput
+    assert goodput["change_interval"] == [-100.0, -100.0]
+    assert payload["streams"] == {"baseline": 10, "current": 10}
 
 
 def test_a_looser_limit_lets_it_pass(runs: dict[str, Path]) -> None:

@@ -32,8 +32,7 @@ from steadystream.bench import (
 from steadystream.files import read_jsonl
 from steadystream.lab import LabServer
 from steadystream.metrics import FleetMetrics, fleet_metrics
-
-from .conftest import LabProcess, lab_in_a_process, small_run
+from tests.support.bench import LabProcess, lab_in_a_process, small_run
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from steadystream import FakeClock, Outcome
 from steadystream.bench.health import client_health, token_notes
 from steadystream.bench.lag import LoopLagSampler, lag_stats
 from steadystream.bench.progress import RunProgress
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 MS = 1_000_000
 

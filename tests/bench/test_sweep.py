@@ -9,7 +9,7 @@ import pytest
 from steadystream import FakeClock, SpecError
 from steadystream.bench.sweep import Objective, SweepPlan, run_sweep
 from steadystream.metrics import FleetMetrics, fleet_metrics
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 S = 1_000_000_000
 

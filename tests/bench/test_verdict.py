@@ -11,9 +11,8 @@ from steadystream.bench import load_run, parse_rules
 from steadystream.bench.cancel import cancellation_stats
 from steadystream.bench.verdict import LoadedRun, judge_runs, load_runs
 from steadystream.files import write_jsonl
-from tests.conftest import make_timeline
-
-from .test_gate import frozen_run, steady_run
+from tests.support.bench import frozen_run, steady_run
+from tests.support.timelines import make_timeline
 
 
 def test_a_frozen_run_fails_and_a_rerun_passes() -> None:

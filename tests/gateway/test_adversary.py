@@ -1,6 +1,6 @@
 """The adversary's cases against issue 11's fixes: hostile upstreams the hardening tests missed.
 
-The upstream is :class:`~tests.gateway.hostile.HostileUpstream`; its ``adv-*`` modes are the
+The upstream is :class:`~tests.support.hostile.HostileUpstream`; its ``adv-*`` modes are the
 cases here. Each test that failed before its fix says so in its docstring.
 """
 
@@ -19,8 +19,8 @@ from steadystream import ConfigError, Outcome
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.gateway.config import config_from_mapping
 from steadystream.gateway.upstreams import UpstreamPool
-from tests.gateway.conftest import MemorySink, Streamed, chat_body, gateway_config, get, post
-from tests.gateway.hostile import HostileUpstream
+from tests.support.gateway import MemorySink, Streamed, chat_body, gateway_config, get, post
+from tests.support.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
 

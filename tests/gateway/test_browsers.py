@@ -10,8 +10,8 @@ import pytest
 from steadystream._exceptions import ConfigError
 from steadystream.gateway.server import GatewayServer
 from steadystream.replay import ReplayServer
-from tests.conftest import make_timeline
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post
+from tests.support.gateway import MemorySink, chat_body, gateway_config, post
+from tests.support.timelines import make_timeline
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 from steadystream import Outcome
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer, scenario_from_mapping
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MemorySink,
     chat_body,
     connect,

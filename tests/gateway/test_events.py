@@ -19,7 +19,7 @@ from steadystream.gateway.failover import Cause, PrefixMatcher
 from steadystream.gateway.line import EventCutter
 from steadystream.protocol import DONE, SseDecoder, chat_chunk, encode_chunk, parse_chunk
 from steadystream.protocol.chunks import usage_chunk
-from tests.protocol.conftest import cut
+from tests.support.sse import cut
 
 
 def chat_stream(texts: list[str], *, id: str = "c1", model: str = "m") -> bytes:

@@ -10,7 +10,7 @@ from steadystream import Where
 from steadystream._histogram import FastHistogram
 from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics, added_latency_s
 from steadystream.metrics import stream_metrics
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 
 def samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

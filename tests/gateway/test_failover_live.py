@@ -13,7 +13,7 @@ import pytest
 from steadystream import EventKind, Outcome
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MemorySink,
     answer,
     chat_body,

@@ -23,7 +23,7 @@ from steadystream._clock import MonotonicClock
 from steadystream._exceptions import ProtocolError, UpstreamStreamError
 from steadystream.protocol import chat_chunk, encode_chunk
 from steadystream.stamped import StampedConnection, StampMode, Target
-from tests.gateway.test_line import Rig
+from tests.support.line import Rig
 
 EXAMPLES = int(os.environ.get("STEADYSTREAM_FUZZ_EXAMPLES", "40"))
 

@@ -20,8 +20,7 @@ import pytest
 from steadystream.gateway.relay import StreamRelay
 from steadystream.gateway.server import GatewayServer
 from steadystream.lab.server import LabServer
-
-from .conftest import MemorySink, chat_body, gateway_config, post, upstream
+from tests.support.gateway import MemorySink, chat_body, gateway_config, post, upstream
 
 # The gateway's side only: the lab runs in this process too, and is not under test here.
 _OURS = ("steadystream.gateway.", "steadystream.stamped.", "steadystream.shaping.")

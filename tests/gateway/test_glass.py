@@ -18,8 +18,8 @@ from steadystream._types import Where
 from steadystream.files import read_jsonl
 from steadystream.gateway.server import GatewayServer
 from steadystream.replay import ReplayServer
-from tests.conftest import make_timeline
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, get, post
+from tests.support.gateway import MemorySink, chat_body, gateway_config, get, post
+from tests.support.timelines import make_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -506,7 +506,7 @@ def test_keys_a_page_echoes_in_its_labels_or_text_are_not_recorded(
 
 
 def test_a_report_that_trickles_in_is_cut_at_the_body_timeout(replay: ReplayServer) -> None:
-    from tests.gateway.conftest import connect, read_until
+    from tests.support.gateway import connect, read_until
 
     with gateway(
         replay, MemorySink(), glass=GLASS, recording=RECORDING, server={"body_timeout": "200ms"}

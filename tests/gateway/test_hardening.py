@@ -13,8 +13,8 @@ import pytest
 
 from steadystream import Outcome
 from steadystream.gateway import GatewayServer
-from tests.gateway.conftest import MemorySink, chat_body, connect, gateway_config, get, post
-from tests.gateway.hostile import HostileUpstream
+from tests.support.gateway import MemorySink, chat_body, connect, gateway_config, get, post
+from tests.support.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Hostile upstreams and clients (issue 11): each case was a finding of an adversarial probe.
 
-The upstream is :class:`~tests.gateway.hostile.HostileUpstream`: it echoes its key in every
+The upstream is :class:`~tests.support.hostile.HostileUpstream`: it echoes its key in every
 place an upstream can put text, says "stop" and then holds the connection, sends events and
 bodies of any size.
 """
@@ -18,8 +18,8 @@ import pytest
 
 from steadystream import Outcome
 from steadystream.gateway import GatewayServer, TimelineRecorder
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, get, post
-from tests.gateway.hostile import HostileUpstream
+from tests.support.gateway import MemorySink, chat_body, gateway_config, get, post
+from tests.support.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
 

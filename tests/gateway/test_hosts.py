@@ -20,7 +20,7 @@ from steadystream._exceptions import ConfigError
 from steadystream.gateway import GatewayServer
 from steadystream.gateway.hosts import ServedHosts
 from steadystream.lab import LabServer
-from tests.gateway.conftest import chat_body, gateway_config, upstream
+from tests.support.gateway import chat_body, gateway_config, upstream
 
 ALLOWED = "http://app.example.test"
 OTHER = "http://evil.example.test"

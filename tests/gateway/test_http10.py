@@ -18,7 +18,7 @@ import pytest
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
 from steadystream.protocol import SseDecoder, SseEvent, is_done, parse_chunk
-from tests.gateway.conftest import chat_body, gateway_config, upstream
+from tests.support.gateway import chat_body, gateway_config, upstream
 
 pytestmark = pytest.mark.integration
 

@@ -7,89 +7,19 @@ from typing import Any
 import pytest
 
 from steadystream import EventKind
-from steadystream._clock import FakeClock
 from steadystream._uvicorn import client_link
 from steadystream.gateway import GatewayServer
-from steadystream.gateway.attempt import Attempt
-from steadystream.gateway.buffer import StreamBuffer, StuckClient
-from steadystream.gateway.config import UpstreamConfig
-from steadystream.gateway.context import Out, StreamContext
+from steadystream.gateway.context import Out
 from steadystream.gateway.events import Piece
 from steadystream.gateway.failover import Cause
-from steadystream.gateway.line import EventCutter, StreamLine
-from steadystream.gateway.recording import StreamRecord
-from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
 from steadystream.lab import LabServer
 from steadystream.protocol import DONE, chat_chunk, encode_chunk
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post, upstream
+from tests.support.gateway import MemorySink, chat_body, gateway_config, post, upstream
+from tests.support.line import Rig
 
 MS = 1_000_000
 EVENT = encode_chunk(chat_chunk("c", "m", 1, content="tok"))
-
-
-class FakeTransport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.unsent = 0
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return self.unsent
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-
-class FakeConnection:
-    """What the line asks of the upstream's connection: to pause and resume its reads."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
-
-
-async def _never(message: Any) -> None:
-    raise AssertionError("the line went through the server's send")
-
-
-class Rig:
-    def __init__(
-        self, *, chunks: bool = True, scrub: Any = None, max_events: int = 100, now: int = 0
-    ) -> None:
-        self.clock = FakeClock(now)
-        record = StreamRecord("r", 0, {})
-        record.attempts.append({})
-        buffer: StreamBuffer[Out] = StreamBuffer(max_bytes=1 << 20, max_events=max_events)
-        self.ctx = StreamContext(self.clock, record, buffer, StuckClient(10**9), scrub=scrub)
-        self.transport = FakeTransport()
-        self.outlet = RawOutlet(self.ctx, _never, self.transport, chunks=chunks)  # type: ignore[arg-type]
-        config = UpstreamConfig(name="u", base_url="http://127.0.0.1:9/v1")
-        watchdog = Watchdog(first_token_ns=10**9, stall_ns=10**9)
-        self.attempt = Attempt(config, 0, "r", watchdog, EventCutter())
-        self.attempt.watchdog.start(0)
-        self.conn = FakeConnection()
-        self.attempt.response = self.conn  # type: ignore[assignment]
-        self.line = StreamLine(self.ctx, self.outlet)
-        self.line.begin(self.attempt)
-        assert not self.line.feed(0, encode_chunk(chat_chunk("c", "m", 1, role="assistant")))
-        self.transport.written.clear()
-
-    @property
-    def up(self) -> Any:
-        return self.ctx.record.upstream
-
-    @property
-    def down(self) -> Any:
-        return self.ctx.record.downstream
 
 
 def framed(data: bytes) -> bytes:

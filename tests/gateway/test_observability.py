@@ -14,7 +14,7 @@ from steadystream.files import read_timelines
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.lab import LabServer
 from steadystream.metrics import stream_table
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MESSAGES,
     answer,
     finished_truth,

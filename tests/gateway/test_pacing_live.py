@@ -11,7 +11,7 @@ import pytest
 from steadystream import Timeline
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MS,
     MemorySink,
     answer,

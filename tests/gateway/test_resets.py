@@ -23,8 +23,8 @@ import pytest
 
 from steadystream import Outcome
 from steadystream.gateway import GatewayServer
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, get, post
-from tests.stamped.conftest import ScriptedServer, read_request
+from tests.support.gateway import MemorySink, chat_body, gateway_config, get, post
+from tests.support.scripted import ScriptedServer, read_request
 
 pytestmark = pytest.mark.integration
 

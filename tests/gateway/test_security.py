@@ -11,8 +11,8 @@ import pytest
 
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.lab import LabServer
-from tests.gateway.conftest import chat_body, gateway_config, get, post, upstream
-from tests.gateway.hostile import HostileUpstream
+from tests.support.gateway import chat_body, gateway_config, get, post, upstream
+from tests.support.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
-from tests.gateway.conftest import MemorySink, chat_body, gateway_config, post, upstream
+from tests.support.gateway import MemorySink, chat_body, gateway_config, post, upstream
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from steadystream import EventKind, Outcome
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
 from steadystream.protocol import SseComment, SseEvent
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MS,
     MemorySink,
     answer,

@@ -10,7 +10,7 @@ import orjson
 from steadystream.engine_metrics import SCHEMA, read_engine_metrics
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
-from tests.gateway.conftest import chat_body, gateway_config, post, upstream
+from tests.support.gateway import chat_body, gateway_config, post, upstream
 
 
 def test_each_upstream_that_answers_is_scraped_into_the_directory(tmp_path: Path) -> None:

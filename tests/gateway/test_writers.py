@@ -15,7 +15,7 @@ from steadystream.gateway import GatewayServer
 from steadystream.gateway import server as server_module
 from steadystream.gateway.writers import unsent_bytes
 from steadystream.lab import LabServer
-from tests.gateway.conftest import chat_body, gateway_config, post, upstream
+from tests.support.gateway import chat_body, gateway_config, post, upstream
 
 
 @pytest.mark.asyncio

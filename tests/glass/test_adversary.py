@@ -13,7 +13,7 @@ from steadystream._api_errors import ApiError, is_client_id
 from steadystream.glass.intake import GlassLimits, parse_report
 from steadystream.replay import app as replay_app
 from steadystream.replay import create_app
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 
 def report(**changes: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from steadystream.glass.budget import ClientBudgets, OverBudget
 from steadystream.glass.once import MarkerClaims, MemoryClaims
 from steadystream.glass.recording import GlassRecorder
 from steadystream.glass.tokens import GLASS_TOKEN_HEADER, GlassTokens
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 SECRET = b"s" * 32
 

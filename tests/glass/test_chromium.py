@@ -17,8 +17,8 @@ from steadystream.glass.edges import compare_edges, paint_delays_ns
 from steadystream.glass.harness import GlassRun, drive_page
 from steadystream.replay import ReplayServer, parse_injection
 from steadystream.timeline import Timeline
-from tests.gateway.conftest import gateway_config
-from tests.report.conftest import SAMPLE_RUN
+from tests.support.gateway import gateway_config
+from tests.support.report import SAMPLE_RUN
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -239,7 +239,7 @@ async def report_through(origin: str, api: str, chromium: str) -> str:
 def test_the_probe_sends_back_the_token_a_gateway_on_another_origin_handed_it(
     steady_run: list[Timeline], chromium: str
 ) -> None:
-    from tests.gateway.conftest import MemorySink
+    from tests.support.gateway import MemorySink
 
     sink = MemorySink()
     with ReplayServer(steady_run[:1]) as replay:

@@ -11,7 +11,7 @@ from steadystream._types import Where
 from steadystream.glass.edges import compare_edges, glass_pairs, paint_delays_ns, rendered_view
 from steadystream.glass.harness import GlassError, page_url
 from steadystream.timeline import Timeline
-from tests.conftest import make_timeline
+from tests.support.timelines import make_timeline
 
 MS = 1_000_000
 

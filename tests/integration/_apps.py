@@ -1,4 +1,5 @@
-"""App factories for ``uvicorn --factory`` in child processes (see ``conftest.asgi_child``)."""
+"""App factories for ``uvicorn --factory`` in child processes (see
+``tests.support.real_parts.asgi_child``)."""
 
 from __future__ import annotations
 

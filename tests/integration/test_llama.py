@@ -21,7 +21,7 @@ from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, Workload
 from steadystream.gateway import GatewayServer, config_from_mapping
 from steadystream.lab import LabServer
 from steadystream.metrics import stream_metrics
-from tests.gateway.conftest import (
+from tests.support.gateway import (
     MemorySink,
     answer,
     connect,
@@ -31,12 +31,10 @@ from tests.gateway.conftest import (
     read_until,
     wait_for,
 )
-from tests.integration.conftest import LLAMA_MODEL, Child
+from tests.support.real_parts import LLAMA_MODEL, NO_EOS, Child, llama_upstream
 
 pytestmark = pytest.mark.integration
 
-# Gemma's <eos> and <end_of_turn> made impossible: an answer exactly as long as asked for.
-NO_EOS = {"1": -100, "106": -100}
 LONG_TOKENS = 400  # about 7 s at ~55 tokens/s: far longer than anything the tests wait for
 READ_BEFORE_LEAVING = 20
 
@@ -52,11 +50,6 @@ def completion(
         "temperature": 0,
         **extra,
     }
-
-
-def llama_upstream(llama: Child, **extra: Any) -> dict[str, Any]:
-    # llama-cpp-python refuses any X-Request-Id that is not a UUID: send it none.
-    return {"name": "llama", "base_url": f"{llama.url}/v1", "request_id_header": None, **extra}
 
 
 def bench(base_url: str, *, requests: int, request_id_header: str | None) -> list[Timeline]:

@@ -22,9 +22,8 @@ from steadystream._processes import free_port
 from steadystream.attribution import explain
 from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, Workload, builtin_prompts
 from steadystream.gateway import GatewayServer, config_from_mapping
-from tests.gateway.conftest import MemorySink
-from tests.integration.conftest import LLAMA_MODEL, Child
-from tests.integration.test_llama import NO_EOS, llama_upstream
+from tests.support.gateway import MemorySink
+from tests.support.real_parts import LLAMA_MODEL, NO_EOS, Child, llama_upstream
 
 pytestmark = pytest.mark.integration
 

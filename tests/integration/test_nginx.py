@@ -2,7 +2,8 @@
 
 nginx buffers an event stream only when it cannot see where each piece ends: with its default
 HTTP/1.0 towards the upstream and a close-delimited answer (the lab runs under h11 here, see
-``conftest.asgi_child``), it holds the body until a buffer (4 KiB, about 20 chunks) fills.
+``tests.support.real_parts.asgi_child``), it holds the body until a buffer (4 KiB, about 20
+chunks) fills.
 An upstream that answers ``X-Accel-Buffering: no`` turns that off for its responses; the
 lab sends it too (as llama-cpp-python does), so the runs that stand for an engine that does
 not (vLLM) tell nginx to ignore it.
@@ -27,7 +28,7 @@ from steadystream.files import write_jsonl
 from steadystream.findings import Finding, find
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_table
 from tests.integration._apps import GATEWAY_CONFIG_ENV
-from tests.integration.conftest import Child, asgi_child, nginx
+from tests.support.real_parts import Child, asgi_child, nginx
 
 pytestmark = pytest.mark.integration
 

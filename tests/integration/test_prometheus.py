@@ -29,8 +29,8 @@ from steadystream.gateway import GatewayServer
 from steadystream.gateway.export import GAP_BUCKETS
 from steadystream.lab import LabServer
 from steadystream.metrics import fleet_metrics, stream_table
-from tests.gateway.conftest import MemorySink, gateway_config, get, upstream, wait_for
-from tests.integration.conftest import ROOT, Child, prometheus
+from tests.support.gateway import MemorySink, gateway_config, get, upstream, wait_for
+from tests.support.real_parts import ROOT, Child, prometheus
 
 pytestmark = pytest.mark.integration
 

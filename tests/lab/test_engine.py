@@ -8,7 +8,7 @@ import pytest
 
 from steadystream import FakeClock, Outcome, Where
 from steadystream.lab import FaultSpec, LabEngine, LabRequest, parse_fault_header
-from tests.lab.conftest import (
+from tests.support.lab import (
     MS,
     Arrival,
     arrivals,

@@ -15,7 +15,7 @@ from steadystream.lab import FaultSpec, LabEngine, LabRequest, parse_fault_heade
 from steadystream.lab.responses import LabResponse
 from steadystream.lab.truth import RequestTruth
 from steadystream.lab.wire import SseFormat
-from tests.lab.conftest import MS, scenario
+from tests.support.lab import MS, scenario
 
 S = 1_000 * MS
 STEP_NS = round((10.0 + 0.02) * MS)

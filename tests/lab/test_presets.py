@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from steadystream.lab import PRESETS, LabRequest
-from tests.lab.conftest import MS, Arrival, arrivals, content_causes, gaps_ms, run_lab
+from tests.support.lab import MS, Arrival, arrivals, content_causes, gaps_ms, run_lab
 
 
 @pytest.mark.asyncio

@@ -20,7 +20,7 @@ import pytest
 
 from steadystream.lab import LabServer
 from steadystream.protocol import timeline_from_sse
-from tests.lab.conftest import MS, scenario
+from tests.support.lab import MS, scenario
 
 pytestmark = pytest.mark.integration
 

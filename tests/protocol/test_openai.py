@@ -19,8 +19,7 @@ from steadystream.protocol import (
     parse_chunk,
     usage_chunk,
 )
-
-from .conftest import CHAT, decode_reads
+from tests.support.sse import CHAT, decode_reads
 
 
 def chat(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:

@@ -22,8 +22,7 @@ from steadystream.protocol import (
     error_payload,
     timeline_from_sse,
 )
-
-from .conftest import chat_body, cut
+from tests.support.sse import chat_body, cut
 
 R, C, T, F, U, K, E, N = (
     EventKind.ROLE,

@@ -18,8 +18,7 @@ from steadystream.protocol import (
     encode_comment,
     encode_event,
 )
-
-from .conftest import comments, cut, decode_reads
+from tests.support.sse import comments, cut, decode_reads
 
 FUZZ = settings(max_examples=250, deadline=None)
 

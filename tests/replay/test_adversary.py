@@ -18,9 +18,9 @@ from steadystream._exceptions import InputError, SpecError
 from steadystream.cli import _register, app
 from steadystream.replay import create_app, parse_injection
 from steadystream.replay.inject import MAX_INJECTIONS, Plan, inject
-from tests.conftest import make_timeline
-from tests.replay.conftest import http_scope
-from tests.report.conftest import SAMPLE_RUN
+from tests.support.replay import http_scope
+from tests.support.report import SAMPLE_RUN
+from tests.support.timelines import make_timeline
 
 _register()
 

@@ -12,8 +12,8 @@ from steadystream._clock import FakeClock
 from steadystream.protocol.openai import timeline_from_sse
 from steadystream.replay import create_app, parse_injection
 from steadystream.timeline import Timeline
-from tests.conftest import make_timeline
-from tests.replay.conftest import http_scope
+from tests.support.replay import http_scope
+from tests.support.timelines import make_timeline
 
 MS = 1_000_000
 GAPS_MS = [30.0, 12.0, 250.0, 20.0, 20.0, 5.0, 40.0, 20.0, 20.0, 33.0]

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from steadystream.cli import _register, app
 from steadystream.files import write_timelines
-from tests.conftest import make_timeline
-from tests.report.conftest import SAMPLE_RUN
+from tests.support.report import SAMPLE_RUN
+from tests.support.timelines import make_timeline
 
 _register()
 

@@ -27,7 +27,7 @@ from steadystream.files import read_timelines
 from steadystream.replay import STREAM_HEADER
 from steadystream.stamped import StampMode
 from steadystream.timeline import Timeline
-from tests.report.conftest import SAMPLE_RUN
+from tests.support.report import SAMPLE_RUN
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from steadystream.report._browser import open_page
 from steadystream.report.images import wait_for_charts
 from steadystream.shaping import parse_spec, what_if
 from tests.report._png import read_png
-from tests.report.conftest import steady
+from tests.support.report import steady
 
 # Each chart's div holds plotly's drawing once plotly has run: count those, not the divs.
 _DRAWN = (

@@ -8,7 +8,7 @@ import pytest
 
 from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, fleet_metrics
 from steadystream.report.cards import Card, headline_cards
-from tests.report.conftest import steady
+from tests.support.report import steady
 
 CARD_KEYS = [
     "ttft_p50_s",

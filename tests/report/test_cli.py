@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
 from steadystream.report import CHART_IDS
-from tests.report.conftest import SAMPLE_RUN, steady
+from tests.support.report import SAMPLE_RUN, steady
 
 _register()
 runner = CliRunner()

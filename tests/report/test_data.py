@@ -9,8 +9,8 @@ from steadystream import Event, EventKind, Timeline
 from steadystream.metrics import fleet_metrics, stream_table
 from steadystream.report.data import cdf, histogram, itl_band, stream_trace, ttft_bars
 from steadystream.report.stall_map import stall_map
-from tests.conftest import make_timeline
-from tests.report.conftest import steady
+from tests.support.report import steady
+from tests.support.timelines import make_timeline
 
 MS = 1_000_000
 

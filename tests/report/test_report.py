@@ -16,8 +16,8 @@ from steadystream.metrics import MetricConfig, fleet_metrics, stream_table
 from steadystream.report import CHART_IDS, Report, build_report, render_html
 from steadystream.report.cards import Card
 from steadystream.shaping import parse_spec, what_if
-from tests.conftest import make_timeline
-from tests.report.conftest import ROOT, steady
+from tests.support.report import ROOT, steady
+from tests.support.timelines import make_timeline
 
 PLOTLY_JS = get_plotlyjs()
 SIZE_BOUND = 10_000_000  # bytes: a report of any run stays this small to open

@@ -9,7 +9,7 @@ import pytest
 
 from steadystream import Event, FakeClock, SpecError, Timeline, UpstreamStreamError
 from steadystream.shaping import Leaky, Passthrough, Phrase, Reading, pace, simulate_run
-from tests.shaping.conftest import MS, run_live, timed_source
+from tests.support.shaping import MS, run_live, timed_source
 
 
 class CountingSource:

@@ -16,7 +16,7 @@ from steadystream.shaping import (
     Rechunk,
     simulate,
 )
-from tests.shaping.conftest import MS, live, ms, tokens_at, words
+from tests.support.shaping import MS, live, ms, tokens_at, words
 
 CASES: list[tuple[str, Pacer, Timeline, list[float], list[str]]] = [
     (

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from steadystream import Timeline
 from steadystream.shaping import Pacer, simulate_run
 from steadystream.shaping.simulate import _Drive
-from tests.shaping.conftest import PACER_STRATEGIES, live, timelines
+from tests.support.shaping import PACER_STRATEGIES, live, timelines
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = sorted(PACER_STRATEGIES)

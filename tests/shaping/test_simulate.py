@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from steadystream import Event, EventKind, Outcome, Timeline, Where
 from steadystream.shaping import Flush, Leaky, Passthrough, simulate, simulate_run
-from tests.shaping.conftest import MS, tokens_at
+from tests.support.shaping import MS, tokens_at
 
 
 def test_only_times_change_and_the_stream_keeps_its_identity() -> None:

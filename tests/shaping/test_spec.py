@@ -6,7 +6,7 @@ import pytest
 
 from steadystream import SpecError
 from steadystream.shaping import PACERS, Leaky, Phrase, describe, format_spec, parse_spec
-from tests.shaping.conftest import MS
+from tests.support.shaping import MS
 
 
 def test_a_spec_selects_and_configures_a_pacer() -> None:

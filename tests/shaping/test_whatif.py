@@ -12,7 +12,7 @@ from steadystream import Event, EventKind, Timeline
 from steadystream.cli import _register, app
 from steadystream.files import read_jsonl, write_jsonl
 from steadystream.shaping import Leaky, Passthrough, Rechunk, what_if
-from tests.shaping.conftest import MS
+from tests.support.shaping import MS
 
 _register()
 runner = CliRunner()

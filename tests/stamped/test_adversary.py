@@ -16,9 +16,7 @@ import pytest
 
 from steadystream._exceptions import ProtocolError, UpstreamStreamError
 from steadystream.stamped import StampMode
-
-from .conftest import SSE_HEAD, Script, ScriptedServer, chunked
-from .test_connection import exchange
+from tests.support.scripted import SSE_HEAD, Script, ScriptedServer, chunked, exchange
 
 Serve = Callable[..., ScriptedServer]
 

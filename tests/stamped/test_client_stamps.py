@@ -15,8 +15,7 @@ from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import DONE, chat_chunk, encode_chunk
 from steadystream.stamped import StallRescuer, StampMode
-
-from .conftest import SSE_HEAD, ScriptedServer, chunked
+from tests.support.scripted import SSE_HEAD, ScriptedServer, chunked
 
 Serve = Callable[..., ScriptedServer]
 SPEC = RequestSpec(0, ({"role": "user", "content": "hi"},), 8, 1)

@@ -19,42 +19,10 @@ from steadystream._clock import MonotonicClock
 from steadystream._exceptions import ProtocolError, UpstreamConnectError, UpstreamStreamError
 from steadystream._processes import free_port
 from steadystream.stamped import StampedConnection, StampMode, Target
-
-from .conftest import SSE_HEAD, Script, ScriptedServer, chunked, read_request
+from tests.support.scripted import SSE_HEAD, Script, ScriptedServer, chunked, exchange, read_request
 
 Serve = Callable[..., ScriptedServer]
 MODES = [StampMode.KERNEL, StampMode.USER]
-
-
-async def exchange(
-    url: str,
-    mode: StampMode,
-    *,
-    read_timeout_s: float | None = 5.0,
-    stop_after: int | None = None,
-    ssl_context: ssl.SSLContext | None = None,
-) -> tuple[int, dict[str, str], list[tuple[int, bytes]]]:
-    conn = await StampedConnection.open(
-        Target.from_url(url),
-        MonotonicClock(),
-        mode,
-        read_timeout_s=read_timeout_s,
-        ssl_context=ssl_context,
-    )
-    try:
-        sent = await conn.send("POST", {"X-Request-ID": "r1"}, b'{"stream": true}')
-        head = await conn.head()
-        assert head.header_ns >= sent - 1_000_000
-        pieces: list[tuple[int, bytes]] = []
-
-        def sink(stamp: int, data: bytes) -> bool:
-            pieces.append((stamp, data))
-            return stop_after is not None and len(pieces) >= stop_after
-
-        await conn.stream_body(sink)
-        return head.status, head.headers, pieces
-    finally:
-        conn.close()
 
 
 def events_script(*bodies: bytes, head: bytes = SSE_HEAD, end: bytes = b"0\r\n\r\n") -> Script:

@@ -10,8 +10,7 @@ import time
 from steadystream._clock import NS_PER_MS, MonotonicClock
 from steadystream.protocol import SseDecoder, SseEvent
 from steadystream.stamped import StampedConnection, StampMode, Target
-
-from .conftest import SSE_HEAD, Script, ScriptedServer, chunked
+from tests.support.scripted import SSE_HEAD, Script, ScriptedServer, chunked
 
 EVENTS = 5
 SPACING_S = 0.020

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream._types import TokenSource, Where
-from steadystream.metrics._per_stream import ARRIVAL_WINDOW_NS
+from steadystream.metrics import ARRIVAL_WINDOW_NS
 from steadystream.timeline import Timeline
 
 __all__ = [

@@ -32,7 +32,12 @@ import numpy as np
 import orjson
 
 from steadystream._clock import Clock
-from steadystream._exceptions import ProtocolError, UpstreamError, UpstreamStreamError
+from steadystream._exceptions import (
+    ProtocolError,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStreamError,
+)
 from steadystream._types import Outcome, Where
 from steadystream.bench.cancel import CancelPoint
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
@@ -105,6 +110,26 @@ class StreamClient:
         self.usage_level = endpoint.first_usage_level
         self.usage_downgrades: list[str] = []  # what the server refused, for the summary
 
+    async def reach(self) -> None:
+        """Connect once and close, sending nothing; raises :class:`UpstreamConnectError` (the
+        same words as a stream's error, and what to check) when the server is not there.
+
+        A run against a port nothing listens on would otherwise record every stream as an
+        error, one after another as fast as they fail, and only then say why.
+        """
+        try:
+            conn = await connection_type().open(
+                self.target,
+                self.clock,
+                StampMode.USER,
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=None,
+                resolve=self.resolve,
+            )
+        except UpstreamConnectError as exc:
+            raise UpstreamConnectError(f"{exc}; is a server running at that address?") from exc
+        conn.close()
+
     async def stream(
         self,
         spec: RequestSpec,
@@ -163,7 +188,7 @@ class StreamClient:
             state.wire_ns = await conn.send("POST", headers, body)
             head = await conn.head()
             state.response_headers(head.header_ns, head.status)
-            refusal = await _refusal(conn, head)
+            refusal = await _refusal(conn, head, endpoint)
             if refusal is not None:
                 state.finish(clock.now_ns(), Outcome.ERROR, refusal)
             elif cancel is not None and cancel.after_ns is not None:
@@ -369,11 +394,19 @@ def _shared(timeline: Timeline, late_stamps: set[int]) -> int:
     return sum(1 for i in same if int(times[i]) in late_stamps)
 
 
-async def _refusal(conn: StampedConnection, head: ResponseHead) -> str | None:
+async def _refusal(conn: StampedConnection, head: ResponseHead, endpoint: Endpoint) -> str | None:
     """Why a response cannot be a stream (HTTP error, not an event stream), or None."""
     if head.status >= 400:
         body = await conn.read_body(_ERROR_BODY_LIMIT)
-        return f"HTTP {head.status} {head.reason}".rstrip() + _server_message(body)
+        message = f"HTTP {head.status} {head.reason}".rstrip() + _server_message(body)
+        likelier = endpoint.likelier_base() if head.status == 404 else None
+        if likelier is not None:
+            # The commonest first mistake: the server's root given where its API base goes.
+            message += (
+                f"; did you mean {likelier}? The URL is the API base, to which bench adds"
+                f" /{endpoint.path}"
+            )
+        return message
     if head.headers.get("content-type", "").startswith("application/json"):
         body = await conn.read_body(_ERROR_BODY_LIMIT)
         return (

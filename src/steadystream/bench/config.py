@@ -71,7 +71,8 @@ class Flag:
 
     ``names`` defaults to ``--field-name`` (and ``--no-field-name`` for a switch);
     ``argument`` makes it positional; ``text`` reads it as text where the field holds a
-    number (a duration: ``400ms``).
+    number (a duration: ``400ms``); ``metavar`` is how ``--help`` names the value where its
+    type says too little (``KEY=VALUE``).
     """
 
     help: str
@@ -79,6 +80,7 @@ class Flag:
     names: tuple[str, ...] = ()
     argument: bool = False
     text: bool = False
+    metavar: str | None = None
 
 
 def option_name(field: str) -> str:
@@ -192,11 +194,16 @@ class BenchConfig(BaseModel):
         "chat"
     )
     api_key_env: Annotated[
-        str | None, Flag("Environment variable holding the API key.", REQUESTS)
+        str | None, Flag("Environment variable holding the API key.", REQUESTS, metavar="NAME")
     ] = None
     headers: Annotated[
         _Texts,
-        Flag("Extra header 'Name: value' (repeatable).", REQUESTS, ("--header", "-H")),
+        Flag(
+            "Extra header 'Name: value' (repeatable).",
+            REQUESTS,
+            ("--header", "-H"),
+            metavar="'NAME: VALUE'",
+        ),
     ] = ()
     request_id_header: Annotated[
         str,
@@ -296,7 +303,12 @@ class BenchConfig(BaseModel):
     labels: Annotated[
         dict[str, str],
         BeforeValidator(_labels),
-        Flag("key=value on every stream (route, tenant...).", OUTPUT, ("--label",)),
+        Flag(
+            "key=value on every stream (route, tenant...).",
+            OUTPUT,
+            ("--label",),
+            metavar="KEY=VALUE",
+        ),
     ] = {}
     keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
     engine_metrics: Annotated[
@@ -306,6 +318,7 @@ class BenchConfig(BaseModel):
             "Scrape engine metrics every 100 ms into RUN.engine-metrics.jsonl: auto (the"
             " server's own /metrics, when it answers) or a URL.",
             OUTPUT,
+            metavar="auto|URL",
         ),
     ] = None
     stall_threshold: Annotated[
@@ -320,7 +333,12 @@ class BenchConfig(BaseModel):
     max_regression: Annotated[
         _Texts,
         AfterValidator(_gate_rules),
-        Flag("Gate limits, as for `gate`.", GATE_AND_SWEEP, ("--max-regression", "-r")),
+        Flag(
+            "Gate limits, as for `gate`.",
+            GATE_AND_SWEEP,
+            ("--max-regression", "-r"),
+            metavar="METRIC=LIMIT",
+        ),
     ] = ()
     sweep: Annotated[
         str | None,
@@ -333,6 +351,7 @@ class BenchConfig(BaseModel):
         Flag(
             "Sweep objective, e.g. goodput>=99% (default: that and ttft_p95<=800ms).",
             GATE_AND_SWEEP,
+            metavar="OBJECTIVE",
         ),
     ] = Field(default_factory=_default_slo)
     cooldown: Annotated[Duration, Flag("Pause between sweep loads.", GATE_AND_SWEEP, text=True)] = (

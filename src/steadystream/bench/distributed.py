@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from steadystream import _ray
+import steadystream._ray as _ray
 from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
 from steadystream._exceptions import SpecError, SteadystreamError
 from steadystream._gc import quiet_gc

@@ -100,7 +100,12 @@ class Endpoint:
     @property
     def url(self) -> str:
         """Where requests are posted."""
-        return f"{self.base_url.rstrip('/')}/{_ENDPOINTS[self.kind]}"
+        return f"{self.base_url.rstrip('/')}/{self.path}"
+
+    @property
+    def path(self) -> str:
+        """What is added to the API base: ``chat/completions`` or ``completions``."""
+        return _ENDPOINTS[self.kind]
 
     @property
     def origin(self) -> str:
@@ -161,6 +166,16 @@ class Endpoint:
 
     def describe(self) -> str:
         return f"{self.url} (model {self.model}, {self.kind})"
+
+    def likelier_base(self) -> str | None:
+        """The API base that was probably meant, when this one answered 404: the URL without
+        the endpoint's path (the whole ``.../v1/chat/completions`` given), or with the
+        ``/v1`` most servers serve their API under; None when it already ends in ``/v1``."""
+        base = self.base_url.rstrip("/")
+        for path in _ENDPOINTS.values():
+            if base.endswith(f"/{path}"):
+                return base.removesuffix(f"/{path}")
+        return None if base.endswith("/v1") else f"{base}/v1"
 
 
 def headers_from(lines: Sequence[str]) -> tuple[tuple[str, str], ...]:

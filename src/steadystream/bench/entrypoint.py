@@ -9,6 +9,9 @@ view from them), and the command line renders the outcome::
     outcome = asyncio.run(run_bench(config))
     print(outcome.summary.fleet.p99_of_worst_gap_s, outcome.verdict)
 
+A server that cannot be reached (nothing listens on the port, the host does not resolve) is
+an :class:`~steadystream.UpstreamConnectError` before anything is sent or written.
+
 Ctrl-C (the task cancelled) ends the run early: streams in flight are recorded as
 cancelled, the file keeps what finished, and the outcome says ``interrupted``.
 """
@@ -113,6 +116,10 @@ async def run_bench(
     # --workers) leaves an existing output file as it was. Once open, the file keeps every
     # stream recorded, whatever ends the run.
     async with bench:
+        if isinstance(bench, Bench):
+            # A server that is not there fails the run here: one error, before the output
+            # file is opened. (Ray's workers connect from their own hosts: each finds out.)
+            await bench.client.reach()
         with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
             async with scraper:
                 try:

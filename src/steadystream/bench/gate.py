@@ -14,24 +14,37 @@ worse for times, stalls and the unstable share, lower is worse for goodput, QoE 
 A sign may be written (``goodput=-2pt``, ``unstable_share=+1pt``) and must then agree; a
 metric with no known direction (for example ``tokens_per_chunk_mean``) needs one. A metric
 undefined in either run cannot be judged and is shown as ``n/a``, never as a pass or a failure.
+
+Given bootstrap draws of both runs (:class:`RunDraws`, from
+:func:`~steadystream.metrics.bootstrap.fleet_draws`), a rule is judged on the spread too: it
+passes only when even the bad end of the change's interval keeps within the limit, fails
+only when even its good end breaks it, and is ``unsure`` when the interval straddles the
+limit. Too few streams to judge is not a pass: a release gate does not pass on too little
+evidence.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from steadystream._exceptions import SpecError
 from steadystream._units import format_duration, parse_duration
 from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, find_fleet_metric
+from steadystream.metrics.bootstrap import LEVEL, percentile_interval
 
 __all__ = [
     "DEFAULT_RULES",
     "GateReport",
     "GateRow",
     "GateRule",
+    "RunDraws",
     "compare",
     "gateable_metrics",
     "parse_rules",
@@ -46,6 +59,8 @@ DEFAULT_RULES = (
     "unstable_share=+1pt",
 )
 """The limits ``gate`` applies unless told otherwise (each can be overridden by name)."""
+
+Values = TypeVar("Values", float, npt.NDArray[np.float64])
 
 _LIMIT = re.compile(r"^\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|pt|[a-zµ]+)?\s*$", re.IGNORECASE)
 _EPSILON = 1e-12  # float noise: a change exactly at the limit passes
@@ -131,9 +146,33 @@ class GateRule:
         """``pass``, ``FAIL``, or ``n/a`` when either value is undefined."""
         if baseline is None or current is None or math.isnan(baseline) or math.isnan(current):
             return "n/a"
+        return "FAIL" if self.overshoot(baseline, current) > _EPSILON else "pass"
+
+    def overshoot(self, baseline: Values, current: Values) -> Values:
+        """How far past the limit the metric moved the bad way (> 0: broken), in its unit;
+        of one pair of values, or of bootstrap draws pair by pair."""
         bad = (current - baseline) * self.worse  # > 0: moved the bad way
         allowed = abs(baseline) * self.limit / 100 if self.unit == "%" else self.limit
-        return "FAIL" if bad > allowed + _EPSILON else "pass"
+        return bad - allowed
+
+    def change(self, baseline: Values, current: Values) -> Values:
+        """The change in the limit's unit: percent, percentage points, or the metric's own."""
+        delta = current - baseline
+        if self.unit == "%":
+            return delta / abs(baseline) * 100
+        return delta * 100 if self.unit == "pt" else delta
+
+    def show_change(self, value: float) -> str:
+        """A change in the limit's unit, signed, as the limit is written (``+12.5%``)."""
+        if not math.isfinite(value):
+            return "—"
+        if self.unit == "%":
+            return f"{value:+.1f}%"
+        if self.unit == "pt":
+            return f"{value:+.2f}pt"
+        if self.unit == "s":
+            return ("+" if value >= 0 else "-") + format_duration(abs(value) * 1e9)
+        return f"{value:+.4g}"
 
 
 def parse_rules(texts: Iterable[str], *, defaults: bool = True) -> list[GateRule]:
@@ -155,6 +194,9 @@ def parse_rules(texts: Iterable[str], *, defaults: bool = True) -> list[GateRule
     return list(merged.values())
 
 
+Interval = tuple[float, float]
+
+
 @dataclass(frozen=True, slots=True)
 class GateRow:
     metric: str
@@ -162,7 +204,12 @@ class GateRow:
     current: float | None
     change: str
     limit: str
-    verdict: str  # "pass", "FAIL" or "n/a"
+    verdict: str  # "pass", "FAIL", "unsure" (too few streams to judge) or "n/a"
+    # With bootstrap draws: where each value and the change could be (None: not drawn, or
+    # undefined in most draws); the change's interval is in the limit's unit.
+    baseline_interval: Interval | None = None
+    current_interval: Interval | None = None
+    change_interval: Interval | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,30 +218,76 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
-        return all(row.verdict != "FAIL" for row in self.rows)
+        """No limit broken, and every rule decided (an ``unsure`` rule is not a pass)."""
+        return all(row.verdict in ("pass", "n/a") for row in self.rows)
 
     @property
     def failures(self) -> list[GateRow]:
         return [row for row in self.rows if row.verdict == "FAIL"]
 
+    @property
+    def undecided(self) -> list[GateRow]:
+        """Rules the runs had too few streams to judge."""
+        return [row for row in self.rows if row.verdict == "unsure"]
 
-def compare(baseline: FleetMetrics, current: FleetMetrics, rules: Sequence[GateRule]) -> GateReport:
-    """Judge ``current`` against ``baseline`` with ``rules``."""
+
+@dataclass(frozen=True)
+class RunDraws:
+    """Bootstrap draws of the gated metrics of both runs, draw by draw (``fleet_draws``)."""
+
+    baseline: Mapping[str, npt.NDArray[np.float64]]
+    current: Mapping[str, npt.NDArray[np.float64]]
+    level: float = LEVEL
+
+
+def compare(
+    baseline: FleetMetrics,
+    current: FleetMetrics,
+    rules: Sequence[GateRule],
+    draws: RunDraws | None = None,
+) -> GateReport:
+    """Judge ``current`` against ``baseline`` with ``rules``; with ``draws``, on the spread
+    of each change too (the module's docstring)."""
     before, after = baseline.scalars(), current.scalars()
     rows = []
     for rule in rules:
         b, c = before.get(rule.metric), after.get(rule.metric)
-        rows.append(
-            GateRow(
-                metric=rule.metric,
-                baseline=b,
-                current=c,
-                change=_change(rule.metric, b, c),
-                limit=rule.describe(),
-                verdict=rule.judge(b, c),
-            )
+        row = GateRow(
+            metric=rule.metric,
+            baseline=b,
+            current=c,
+            change=_change(rule.metric, b, c),
+            limit=rule.describe(),
+            verdict=rule.judge(b, c),
         )
+        rows.append(row if draws is None else _with_spread(row, rule, draws))
     return GateReport(rows)
+
+
+def _with_spread(row: GateRow, rule: GateRule, draws: RunDraws) -> GateRow:
+    """The row with its intervals, and its verdict kept only where the draws agree with it."""
+    before, after = draws.baseline[rule.metric], draws.current[rule.metric]
+    level = draws.level
+    with np.errstate(invalid="ignore", divide="ignore"):
+        overshoot = percentile_interval(rule.overshoot(before, after), level)
+        change = percentile_interval(rule.change(before, after), level)
+    verdict = row.verdict
+    if verdict != "n/a":
+        clear = overshoot is not None and (
+            overshoot[0] > _EPSILON if verdict == "FAIL" else overshoot[1] <= _EPSILON
+        )
+        verdict = verdict if clear else "unsure"
+    return GateRow(
+        row.metric,
+        row.baseline,
+        row.current,
+        row.change,
+        row.limit,
+        verdict,
+        percentile_interval(before, level),
+        percentile_interval(after, level),
+        change,
+    )
 
 
 def show_value(metric: str, value: float | None) -> str:

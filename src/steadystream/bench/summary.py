@@ -196,6 +196,8 @@ def run_notes(result: RunResult) -> list[str]:
         notes.append("the client could not keep up with the asked load: " + "; ".join(problems))
     sources: dict[str, int] = {}
     for timeline in result.timelines:
+        if not timeline.total_tokens:
+            continue  # a stream that delivered no token has no count to explain
         source = timeline.token_source.value
         sources[source] = sources.get(source, 0) + 1
     notes += token_notes(sources)

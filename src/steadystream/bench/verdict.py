@@ -1,9 +1,12 @@
 """The gate's verdict on two recorded runs, as ``steadystream gate`` and ``bench --gate`` give it.
 
 :func:`judge_runs` compares the fleet metrics of a baseline run and a current run under
-the gate's limits (:func:`~steadystream.bench.gate.parse_rules`) and adds what a reader
-must know to trust the verdict: a run whose last line was cut off, or one recorded while
-the bench client lagged (then the verdict may be about the client, not the server).
+the gate's limits (:func:`~steadystream.bench.gate.parse_rules`), each with the bootstrap
+interval of its value and its change (:mod:`steadystream.metrics.bootstrap`; a rule whose
+interval straddles its limit is ``unsure``: too few streams to judge), and adds what a
+reader must know to trust the verdict: how many streams each run has, what the runs were too
+small to judge, a run whose last line was cut off, or one recorded while the bench client
+lagged (then the verdict may be about the client, not the server).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steadystream._exceptions import InputError
-from steadystream.bench.gate import GateReport, GateRule, compare
+from steadystream.bench.gate import GateReport, GateRow, GateRule, RunDraws, compare
 from steadystream.bench.health import LAGGED_SHARE_LIMIT, lagged_streams
-from steadystream.metrics import MetricConfig, fleet_metrics
+from steadystream.metrics import MetricConfig, fleet_metrics, stream_table
+from steadystream.metrics.bootstrap import LEVEL, RESAMPLES, fleet_draws
 from steadystream.timeline import Timeline
 
 __all__ = ["GateVerdict", "LoadedRun", "judge_runs", "load_files", "load_run", "load_runs"]
@@ -75,9 +79,13 @@ class GateVerdict:
     current: Path
     report: GateReport
     notes: list[str]
+    baseline_streams: int = 0
+    current_streams: int = 0
+    level: float = LEVEL  # of the bootstrap intervals
 
     @property
     def passed(self) -> bool:
+        """No limit broken and none left undecided."""
         return self.report.passed
 
 
@@ -89,10 +97,20 @@ def judge_runs(
 ) -> GateVerdict:
     """Judge ``current`` against ``baseline`` under ``rules`` (from :func:`parse_rules`)."""
     config = config if config is not None else MetricConfig()
-    report = compare(
-        fleet_metrics(baseline.timelines, config), fleet_metrics(current.timelines, config), rules
+    before, after = (
+        stream_table(baseline.timelines, config),
+        stream_table(current.timelines, config),
     )
-    notes = [run.note for run in (baseline, current) if run.note]
+    gated = [rule.metric for rule in rules]
+    draws = RunDraws(
+        fleet_draws(before, gated, config, seed=0),
+        fleet_draws(after, gated, config, seed=1),  # independent draws of the two runs
+    )
+    report = compare(fleet_metrics(before, config), fleet_metrics(after, config), rules, draws)
+    sizes = (len(before), len(after))
+    undecided = (_too_few(row, rule, sizes) for row, rule in zip(report.rows, rules, strict=True))
+    notes = [note for note in undecided if note is not None]
+    notes += [run.note for run in (baseline, current) if run.note]
     for run in (baseline, current):
         lagged = lagged_streams(run.timelines)
         if lagged > LAGGED_SHARE_LIMIT * len(run.timelines):
@@ -100,4 +118,23 @@ def judge_runs(
                 f"{run.path}: {lagged} of {len(run.timelines)} streams were stamped while the "
                 "bench client lagged; the verdict may reflect the client, not the server"
             )
-    return GateVerdict(baseline.path, current.path, report, notes)
+    return GateVerdict(baseline.path, current.path, report, notes, *sizes)
+
+
+def _too_few(row: GateRow, rule: GateRule, sizes: tuple[int, int]) -> str | None:
+    """What an ``unsure`` rule could not tell, in words, and what would tell it."""
+    if row.verdict != "unsure":
+        return None
+    streams = f"{sizes[0]:,} and {sizes[1]:,} streams"
+    name = rule.metric.removesuffix("_s")
+    if row.change_interval is None:
+        return (
+            f"too few streams to judge {name} ({streams}): it is undefined in most of"
+            f" {RESAMPLES:,} bootstrap draws; bench more streams"
+        )
+    low, high = (rule.show_change(v) for v in row.change_interval)
+    return (
+        f"too few streams to judge {name} ({streams}): its change could be anywhere from"
+        f" {low} to {high} ({LEVEL:.0%} bootstrap interval), across the {rule.describe()}"
+        " limit; more streams narrow it (4 times as many about halve it)"
+    )

@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 
 from steadystream.__about__ import __version__
 from steadystream._gc import quiet_gc
+from steadystream.cli._help import HelpCommand, HelpGroup
 
-app = typer.Typer(
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+class _App(typer.Typer):
+    """The app whose every command shows its help as :mod:`steadystream.cli._help` says."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[_Command], _Command]:
+        kwargs.setdefault("cls", HelpCommand)
+        return super().command(*args, **kwargs)
+
+
+app = _App(
     name="steadystream",
+    cls=HelpGroup,
     help="See and fix the stutter in LLM token streams.",
     no_args_is_help=True,
     add_completion=False,

@@ -13,16 +13,17 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from steadystream.bench import _loop
+from steadystream._exceptions import UpstreamConnectError
+from steadystream.bench import loop as _loop
 from steadystream.bench.cancel import cancellation_stats
 from steadystream.bench.config import BenchConfig
 from steadystream.bench.distributed import RayRunner
 from steadystream.bench.entrypoint import BenchHooks, BenchOutcome, run_bench
 from steadystream.bench.plan import BenchPlan, plan_bench
 from steadystream.bench.runner import BenchRunner
-from steadystream.cli import _bench_view, _render
-from steadystream.cli._options import exit_on_error
-from steadystream.cli.gate import show_verdict
+from steadystream.cli import _bench_view, _console, _render
+from steadystream.cli._options import exit_on_error, print_error
+from steadystream.cli.gate import show_verdict, verdict_code
 
 __all__ = ["execute"]
 
@@ -51,15 +52,19 @@ class _LiveHooks(BenchHooks):
 
 
 def execute(options: Mapping[str, Any], *, live: bool, json_output: bool) -> int:
-    """Run the command; the exit code (0 done, 1 gate/SLO failed, 2, 3, 130)."""
+    """Run the command; the exit code (0 done, 1 gate/SLO failed, 2, 3, 4, 130)."""
     with exit_on_error():
         plan = plan_bench(BenchConfig.from_options(options))
-    console = Console(stderr=json_output)
+    console = _console.console(stderr=json_output)
     if not json_output:
         _print_plan(plan, console)
     view = _bench_view.LiveView(Console(stderr=True), enabled=live and not json_output)
     with exit_on_error():
-        outcome = _loop.run(run_bench(plan, hooks=_LiveHooks(view)))
+        try:
+            outcome = _loop.run(run_bench(plan, hooks=_LiveHooks(view)))
+        except UpstreamConnectError as exc:  # nothing was sent: no stream could succeed
+            print_error(str(exc))
+            return EXIT_NOTHING_SUCCEEDED
     if plan.sweep is not None:
         return _show_sweep(outcome, console)
     return _show_run(outcome, console, json_output)
@@ -81,27 +86,34 @@ def _show_run(outcome: BenchOutcome, console: Console, json_output: bool) -> int
     summary, result = outcome.summary, outcome.result
     assert summary is not None
     assert result is not None
+    # Every stream failed: a table of dashes, and notes on streams that never began, would
+    # only bury the one line that matters.
+    failed = outcome.nothing_succeeded and not outcome.interrupted
     if json_output:
         typer.echo(_render.to_json(summary))
-    else:
+    elif not failed:
         _render.print_summary(summary, console)
         stats = cancellation_stats(result.timelines)
         if stats is not None:
             console.print(_bench_view.cancellation_table(stats))
-    code = 0
-    if outcome.nothing_succeeded:
+    if failed:
+        streams = len(result.timelines)
+        print_error(
+            f"no stream succeeded ({streams} of {streams} failed); first error:"
+            f" {outcome.first_error}"
+        )
         console.print(
-            f"[bold red]no stream succeeded[/]; first error: {outcome.first_error}",
+            f"recorded {outcome.written} failed streams to {outcome.plan.output}",
             highlight=False,
         )
-        code = EXIT_NOTHING_SUCCEEDED
+        return EXIT_NOTHING_SUCCEEDED
     if outcome.interrupted:
         console.print(f"interrupted: kept {outcome.written} streams in {outcome.plan.output}")
         return EXIT_INTERRUPTED
     if outcome.verdict is not None:
         show_verdict(outcome.verdict, console, json_output=False)
-        code = 0 if outcome.verdict.passed else EXIT_REGRESSION
-    return code
+        return verdict_code(outcome.verdict)
+    return 0
 
 
 def _show_sweep(outcome: BenchOutcome, console: Console) -> int:

@@ -20,11 +20,12 @@ from steadystream._tasks import cancel_and_wait
 from steadystream._types import Outcome
 from steadystream._units import format_seconds, format_share
 from steadystream.bench.cancel import CancellationStats
-from steadystream.bench.gate import GateReport, show_value
+from steadystream.bench.gate import show_value
 from steadystream.bench.progress import ProgressSnapshot, RunProgress
 from steadystream.bench.sweep import SweepPoint, SweepResult
+from steadystream.bench.verdict import GateVerdict
 
-__all__ = ["LiveView", "cancellation_table", "gate_table", "sweep_table"]
+__all__ = ["LiveView", "cancellation_table", "gate_heading", "gate_table", "sweep_table"]
 
 _REFRESH_S = 0.5
 
@@ -114,21 +115,41 @@ def cancellation_table(stats: CancellationStats) -> Table:
     return table
 
 
-def gate_table(report: GateReport, baseline: str, current: str) -> Table:
-    table = Table(title=f"Gate: {current} against {baseline}", title_justify="left")
+def gate_heading(verdict: GateVerdict) -> str:
+    """What was judged against what, on how many streams: a line of its own (as a table's
+    title it would wrap at the table's width, however long the file names)."""
+    return (
+        f"Gate: {verdict.current} ({verdict.current_streams:,} streams) against"
+        f" {verdict.baseline} ({verdict.baseline_streams:,} streams);"
+        f" {verdict.level:.0%} bootstrap intervals in brackets"
+    )
+
+
+def gate_table(verdict: GateVerdict) -> Table:
+    """The gate's rows, each figure with its bootstrap interval in brackets."""
+    report = verdict.report
+    table = Table()
     for column in ("metric", "baseline", "current", "change", "limit", "verdict"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in report.rows:
-        style = {"FAIL": "bold red", "pass": "green"}.get(row.verdict, "dim")
+        style = {"FAIL": "bold red", "pass": "green", "unsure": "yellow"}.get(row.verdict, "dim")
         table.add_row(
             row.metric.removesuffix("_s"),
-            show_value(row.metric, row.baseline),
-            show_value(row.metric, row.current),
+            _with_interval(row.metric, row.baseline, row.baseline_interval),
+            _with_interval(row.metric, row.current, row.current_interval),
             row.change,
             row.limit,
             Text(row.verdict, style=style),
         )
     return table
+
+
+def _with_interval(metric: str, value: float | None, interval: tuple[float, float] | None) -> str:
+    shown = show_value(metric, value)
+    if interval is None:
+        return shown
+    low, high = (show_value(metric, bound) for bound in interval)
+    return f"{shown} [{low}, {high}]"
 
 
 def sweep_table(result: SweepResult) -> Table:

@@ -10,13 +10,9 @@ from rich.table import Table
 
 from steadystream._units import format_duration
 from steadystream.attribution import Explanation, Score
+from steadystream.cli._console import console as stdout_console
 
 __all__ = ["print_by_cause", "print_explanation", "to_json"]
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
 
 
 def print_by_cause(explanation: Explanation, console: Console, *, title: str) -> None:
@@ -45,7 +41,7 @@ def print_explanation(
     stalls: int,
     console: Console | None = None,
 ) -> None:
-    console = console or _console()
+    console = console or stdout_console()
     threshold = format_duration(explanation.stall_threshold_ns)
     console.print(
         f"explain: {len(explanation.stalls)} stalls over {threshold} in"
@@ -55,10 +51,10 @@ def print_explanation(
     if explanation.stalls:
         print_by_cause(explanation, console, title="Stall time by cause")
         hurt = Table(title="Most hurt streams", title_justify="left")
-        for column in ("stream", "stalls", "stall time", "mostly"):
-            hurt.add_column(
-                column, justify="right" if column in ("stalls", "stall time") else "left"
-            )
+        hurt.add_column("stream", overflow="fold")  # whole on any terminal: folded, never cut
+        for column in ("stalls", "stall time"):
+            hurt.add_column(column, justify="right")
+        hurt.add_column("mostly")
         for stream in explanation.hurt:
             hurt.add_row(
                 stream.stream_id,
@@ -73,7 +69,8 @@ def print_explanation(
             title=f"Stalls, longest first ({len(longest)} of {len(explanation.stalls)})",
             title_justify="left",
         )
-        for column in ("stream", "at", "gap", "cause", "sure", "evidence"):
+        table.add_column("stream", overflow="fold")
+        for column in ("at", "gap", "cause", "sure", "evidence"):
             table.add_column(column, justify="right" if column in ("at", "gap", "sure") else "left")
         for stall in longest:
             table.add_row(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from steadystream.metrics import MetricConfig
 
 __all__ = [
+    "DURATION",
     "FluidityDeadline",
     "FluidityFirstDeadline",
     "FluidityForm",
@@ -31,38 +32,61 @@ __all__ = [
     "duration_ns",
     "exit_on_error",
     "metric_config",
+    "print_error",
 ]
+
+DURATION = "DURATION"
+"""How ``--help`` names a duration's value: written ``400ms``, ``1.5s``, ``2m``."""
 
 RayAddress = Annotated[
     str | None,
-    typer.Option(help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001."),
+    typer.Option(
+        metavar="ADDRESS",
+        help="The Ray cluster to run on (implies --ray), e.g. ray://head:10001.",
+    ),
 ]
 StallThreshold = Annotated[
-    str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
+    str,
+    typer.Option(metavar=DURATION, help="A gap above this is a stall (and breaks ITL goodput)."),
 ]
-TtftTarget = Annotated[str, typer.Option(help="TTFT target for ITL goodput.")]
+TtftTarget = Annotated[str, typer.Option(metavar=DURATION, help="TTFT target for ITL goodput.")]
 QoeExpectedTtft = Annotated[
-    str, typer.Option(help="Andes QoE: when the reader expects the first token (T_e).")
+    str,
+    typer.Option(
+        metavar=DURATION, help="Andes QoE: when the reader expects the first token (T_e)."
+    ),
 ]
 QoePace = Annotated[
     str,
-    typer.Option(help="Andes QoE: the reader's time per token (L); 100ms reads 10 tokens/s."),
+    typer.Option(
+        metavar=DURATION,
+        help="Andes QoE: the reader's time per token (L); 100ms reads 10 tokens/s.",
+    ),
 ]
 QoeForm = Annotated[
     str,
-    typer.Option(help="Andes QoE: 'exact' (the reader model) or 'discrete' (docs/metrics.md#qoe)."),
+    typer.Option(
+        metavar="exact|discrete",
+        help="Andes QoE: 'exact' (the reader model) or 'discrete' (docs/metrics.md#qoe).",
+    ),
 ]
 FluidityFirstDeadline = Annotated[
-    str, typer.Option(help="Etalon fluidity: the first token's deadline from the request (D_p).")
+    str,
+    typer.Option(
+        metavar=DURATION,
+        help="Etalon fluidity: the first token's deadline from the request (D_p).",
+    ),
 ]
 FluidityDeadline = Annotated[
-    str, typer.Option(help="Etalon fluidity: each later token's deadline (D_d).")
+    str,
+    typer.Option(metavar=DURATION, help="Etalon fluidity: each later token's deadline (D_d)."),
 ]
 FluidityForm = Annotated[
     str,
     typer.Option(
+        metavar="documented|code",
         help="Etalon fluidity: 'documented' (the paper, one miss per late token) or 'code' "
-        "(Etalon's code: a late token misses one deadline per D_d it overran)."
+        "(Etalon's code: a late token misses one deadline per D_d it overran).",
     ),
 ]
 
@@ -91,13 +115,19 @@ def exit_on_error() -> Iterator[None]:
     try:
         yield
     except SteadystreamError as exc:
-        from rich.console import Console
-        from rich.markup import escape
-
-        # Escaped: a message may hold brackets ("pip install 'steadystream[ray]'", a path)
-        # that rich would otherwise take for markup and drop.
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from exc
+
+
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` on stderr, one line however long (a pipe has no width to fit)."""
+    from rich.markup import escape
+
+    from steadystream.cli._console import console
+
+    # Escaped: a message may hold brackets ("pip install 'steadystream[ray]'", a path)
+    # that rich would otherwise take for markup and drop.
+    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def metric_config(

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from steadystream._units import format_duration, format_seconds, format_share
 from steadystream.bench.summary import Summary
+from steadystream.cli._console import console as stdout_console
 from steadystream.glass.edges import EdgeComparison
 from steadystream.metrics import FLEET_CATALOGUE
 
@@ -45,9 +46,7 @@ _ROWS = (
 
 def print_summary(summary: Summary, console: Console | None = None) -> None:
     if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=120)
+        console = stdout_console()
     cfg = summary.config
     title = (
         f"Fleet — stall threshold {format_duration(cfg.stall_threshold_ns)}, "
@@ -80,7 +79,10 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             "tokens",
             "outcome",
         ):
-            worst.add_column(column, justify="left" if column in ("stream", "outcome") else "right")
+            if column in ("stream", "outcome"):  # whole on any terminal: folded, never cut
+                worst.add_column(column, overflow="fold")
+            else:
+                worst.add_column(column, justify="right")
         for m in summary.worst:
             at = "—"
             if m.longest_stall_token is not None:

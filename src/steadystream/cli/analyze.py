@@ -34,7 +34,11 @@ def analyze(
     ],
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Break the fleet down by a label: model, route or tenant."),
+        typer.Option(
+            "--by",
+            metavar="model|route|tenant",
+            help="Break the fleet down by a label: model, route or tenant.",
+        ),
     ] = None,
     stall_threshold: StallThreshold = "400ms",
     ttft_target: TtftTarget = "800ms",
@@ -80,7 +84,7 @@ def analyze(
         path_notes: list[str] = []
         paths = timeline_files(files, path_notes)
         if ray or ray_address is not None:
-            from steadystream.explain_files import explain_files
+            from steadystream.explanations import explain_files
 
             # A Ray task per file returns its per-stream rows, and its streams' clocks for
             # the stalls' causes, which a second round of tasks attributes (explain_files).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 from types import NoneType, UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 from pydantic.fields import FieldInfo
@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from steadystream._validation import duration_text
 from steadystream.bench.config import OUTPUT, BenchConfig, Flag
 from steadystream.cli import app
+from steadystream.cli._options import DURATION
 
 __all__ = ["bench"]
 
@@ -36,6 +37,19 @@ def _cli_type(info: FieldInfo, flag: Flag) -> Any:
     return kind | None if optional else kind
 
 
+def _metavar(info: FieldInfo, flag: Flag) -> str | None:
+    """How ``--help`` names the value: the flag's word, a duration, or the accepted words."""
+    if flag.metavar is not None:
+        return flag.metavar
+    if flag.text:
+        return DURATION
+    annotation = info.annotation
+    union = get_origin(annotation) in (Union, UnionType)
+    kinds = get_args(annotation) if union else (annotation,)
+    literal = next((kind for kind in kinds if get_origin(kind) is Literal), None)
+    return None if literal is None else "|".join(get_args(literal))
+
+
 def _parameter(name: str, info: FieldInfo) -> inspect.Parameter:
     flag = next(m for m in info.metadata if isinstance(m, Flag))
     kind = _cli_type(info, flag)
@@ -50,7 +64,12 @@ def _parameter(name: str, info: FieldInfo) -> inspect.Parameter:
     if flag.argument:
         typer_info: Any = typer.Argument(help=flag.help, show_default=False)
     else:
-        typer_info = typer.Option(*flag.names, help=flag.help, rich_help_panel=flag.panel)
+        typer_info = typer.Option(
+            *flag.names,
+            metavar=_metavar(info, flag),
+            help=flag.help,
+            rich_help_panel=flag.panel,
+        )
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
@@ -83,7 +102,8 @@ def bench(**given: Any) -> None:
     """Load an endpoint, record every stream's timeline, and summarise the jitter.
 
     Exit codes: 0 done; 1 the gate failed or no sweep load met the SLO; 2 unusable input;
-    3 no stream succeeded; 130 interrupted (what finished is kept).
+    3 no stream succeeded, or the server could not be reached; 4 the gate had too few streams
+    to judge; 130 interrupted (what finished is kept).
     """
     from steadystream.cli._bench_run import execute
 

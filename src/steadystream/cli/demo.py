@@ -22,13 +22,17 @@ CONCURRENCY = 12
 @app.command()
 def demo(
     duration: Annotated[
-        str, typer.Option(help="Bench time in all, split between the direct and paced runs.")
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Bench time in all, split between the direct and paced runs.",
+        ),
     ] = "80s",
     scenario: Annotated[
-        str, typer.Option(help="Lab scenario (steadystream lab --list).")
+        str, typer.Option(metavar="NAME", help="Lab scenario (steadystream lab --list).")
     ] = "mixed",
     pacer: Annotated[
-        str, typer.Option(help="Pacer for the run through the gateway.")
+        str, typer.Option(metavar="SPEC", help="Pacer for the run through the gateway.")
     ] = DEFAULT_PACER,
     output: Annotated[Path, typer.Option("-o", "--output", help="Report file.")] = Path(
         "report.html"
@@ -37,8 +41,7 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the lab and the load.")] = 1,
 ) -> None:
     """Lab + gateway + two benches + a report, on 127.0.0.1, stopped when done."""
-    from rich.console import Console
-
+    from steadystream.cli._console import console
     from steadystream.cli._demo_steps import DemoPlan, run_demo
 
     total_ns = duration_ns(duration, "--duration")
@@ -52,4 +55,4 @@ def demo(
         concurrency=CONCURRENCY,
     )
     with exit_on_error():
-        run_demo(plan, Console())
+        run_demo(plan, console())

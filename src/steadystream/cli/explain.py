@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from steadystream.cli import app
-from steadystream.cli._options import RayAddress, duration_ns, exit_on_error
+from steadystream.cli._options import DURATION, RayAddress, duration_ns, exit_on_error
 
 
 @app.command()
@@ -28,7 +28,9 @@ def explain(
             " next to the first file, when there is one).",
         ),
     ] = None,
-    stall_threshold: Annotated[str, typer.Option(help="A gap above this is a stall.")] = "400ms",
+    stall_threshold: Annotated[
+        str, typer.Option(metavar=DURATION, help="A gap above this is a stall.")
+    ] = "400ms",
     truth: Annotated[
         list[Path] | None,
         typer.Option(help="Lab ground truth (lab --record FILE): score the attribution."),
@@ -62,7 +64,7 @@ def explain(
         path_notes: list[str] = []
         paths = timeline_files(files, path_notes)
         if ray or ray_address is not None:
-            from steadystream.explain_files import explain_files
+            from steadystream.explanations import explain_files
 
             engine_notes: list[str] = []
             engine = read_engine_beside(paths, engine_metrics, engine_notes)

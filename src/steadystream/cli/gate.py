@@ -1,4 +1,8 @@
-"""``steadystream gate``: fail a release whose streams got jerkier than the baseline's."""
+"""``steadystream gate``: fail a release whose streams got jerkier than the baseline's.
+
+Each gated figure comes with its bootstrap interval, and a rule whose interval straddles its
+limit is undecided: too few streams to judge, which is not a pass (exit 4, docs/bench.md).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steadystream.cli import app
+from steadystream.cli._options import StallThreshold, TtftTarget
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -15,6 +20,7 @@ if TYPE_CHECKING:
     from steadystream.bench.verdict import GateVerdict
 
 EXIT_REGRESSION = 1
+EXIT_UNDECIDED = 4  # too few streams to judge: not a pass, and not a regression either
 
 
 @app.command()
@@ -26,6 +32,7 @@ def gate(
         typer.Option(
             "--max-regression",
             "-r",
+            metavar="METRIC=LIMIT",
             help=(
                 "METRIC=LIMIT, e.g. p99_of_p99=10%, goodput=-2pt, ttft_p95=50ms; repeat or "
                 "comma-separate. Replaces the default limit of the same metric."
@@ -38,21 +45,19 @@ def gate(
             "--no-defaults", help="Check only the rules given, not the default five as well."
         ),
     ] = False,
-    stall_threshold: Annotated[
-        str, typer.Option(help="A gap above this is a stall (and breaks ITL goodput).")
-    ] = "400ms",
-    ttft_target: Annotated[str, typer.Option(help="TTFT target for ITL goodput.")] = "800ms",
+    stall_threshold: StallThreshold = "400ms",
+    ttft_target: TtftTarget = "800ms",
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Compare two runs; exit 1 if any limit is broken, 0 if none, 2 on unusable input.
 
     Default limits: p99_of_p99=10%, p99_of_worst_gap=10%, goodput=-2pt, ttft_p95=15%,
-    unstable_share=+1pt.
+    unstable_share=+1pt. Each figure comes with its 95% bootstrap interval; a limit its
+    interval straddles is undecided, too few streams to judge: exit 4 (bench more streams).
     """
-    from rich.console import Console
-
     from steadystream.bench.gate import parse_rules
     from steadystream.bench.verdict import judge_runs, load_run
+    from steadystream.cli._console import console
     from steadystream.cli._options import duration_ns, exit_on_error
     from steadystream.metrics import MetricConfig
 
@@ -63,9 +68,17 @@ def gate(
     with exit_on_error():
         rules = parse_rules(max_regression or [], defaults=not no_defaults)
         verdict = judge_runs(load_run(baseline), load_run(current), rules, config)
-    show_verdict(verdict, Console(), json_output=json_output)
-    if not verdict.passed:
-        raise typer.Exit(EXIT_REGRESSION)
+    show_verdict(verdict, console(), json_output=json_output)
+    code = verdict_code(verdict)
+    if code:
+        raise typer.Exit(code)
+
+
+def verdict_code(verdict: GateVerdict) -> int:
+    """0 passed, 1 a limit broken, 4 undecided (too few streams to judge a limit)."""
+    if verdict.report.failures:
+        return EXIT_REGRESSION
+    return EXIT_UNDECIDED if verdict.report.undecided else 0
 
 
 def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = False) -> None:
@@ -75,16 +88,32 @@ def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = 
         import orjson
 
         # orjson writes each GateRow dataclass as an object of its fields, in order
-        payload = {"passed": report.passed, "rows": report.rows, "notes": verdict.notes}
+        payload = {
+            "passed": report.passed,
+            "undecided": [row.metric for row in report.undecided],
+            "streams": {"baseline": verdict.baseline_streams, "current": verdict.current_streams},
+            "confidence": verdict.level,
+            "rows": report.rows,
+            "notes": verdict.notes,
+        }
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
-    from steadystream.cli._bench_view import gate_table
+    from steadystream.cli._bench_view import gate_heading, gate_table
 
-    console.print(gate_table(report, str(verdict.baseline), str(verdict.current)))
+    console.print(gate_heading(verdict), style="bold", highlight=False)
+    console.print(gate_table(verdict))
     for note in verdict.notes:
         console.print(f"[bold]note:[/] {note}", highlight=False)
-    if report.passed:
-        console.print("[bold green]gate passed[/]: no limit broken")
-    else:
+    if report.failures:
         broken = ", ".join(r.metric.removesuffix("_s") for r in report.failures)
-        console.print(f"[bold red]gate failed[/]: {broken}")
+        console.print(f"[bold red]gate failed[/]: {broken}", highlight=False)
+    elif report.undecided:
+        unsure = ", ".join(r.metric.removesuffix("_s") for r in report.undecided)
+        console.print(
+            f"[bold yellow]gate undecided[/]: too few streams to judge {unsure}"
+            f" ({verdict.baseline_streams:,} and {verdict.current_streams:,} streams);"
+            " bench more streams",
+            highlight=False,
+        )
+    else:
+        console.print("[bold green]gate passed[/]: no limit broken")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from steadystream._signals import handling
 from steadystream.cli import app
+
+if TYPE_CHECKING:
+    from steadystream.gateway.config import GatewayConfig
 
 
 @app.command()
@@ -21,15 +24,21 @@ def gateway(
         list[str] | None,
         typer.Option(
             "--upstream",
+            metavar="URL",
             help="An upstream base URL (repeat, in priority order); starts without a config.",
         ),
     ] = None,
     upstream_key_env: Annotated[
         str | None,
-        typer.Option(help="With --upstream: the environment variable holding their API key."),
+        typer.Option(
+            metavar="NAME", help="With --upstream: the environment variable holding their API key."
+        ),
     ] = None,
     host: Annotated[
-        str | None, typer.Option(help="Address to bind (default 127.0.0.1, or the config's).")
+        str | None,
+        typer.Option(
+            metavar="ADDRESS", help="Address to bind (default 127.0.0.1, or the config's)."
+        ),
     ] = None,
     port: Annotated[
         int | None, typer.Option(help="Port to listen on (default 8080, or the config's).")
@@ -37,9 +46,26 @@ def gateway(
     workers: Annotated[
         str | None,
         typer.Option(
+            metavar="N|auto",
             help="Processes sharing the port, each with its own event loop: a number or 'auto'"
             " (one per core); default 1, or the config's server.workers. SIGHUP replaces them"
             " with the configuration read again.",
+        ),
+    ] = None,
+    pacer: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SPEC",
+            help="Pace every stream with this pacer, e.g. leaky or leaky:interval=33ms"
+            " (docs/pacing.md); over the config's pacing.default.",
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Record both edges of every stream to rotating JSONL files in DIR, for"
+            " analyze and report; over the config's recording section.",
         ),
     ] = None,
 ) -> None:
@@ -49,9 +75,9 @@ def gateway(
     with handling(signal.SIGHUP, signal.SIG_IGN):
         from steadystream.cli._options import exit_on_error
         from steadystream.gateway.config import (
-            GatewayConfig,
             config_from_upstreams,
             load_config,
+            with_pacing_and_recording,
             with_server,
         )
         from steadystream.gateway.line import describe_line
@@ -68,17 +94,39 @@ def gateway(
                 chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
             overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
             overrides = {k: v for k, v in overrides.items() if v is not None}
-            chosen = with_server(chosen, overrides)
-            names = ", ".join(f"{u.name} ({u.base_url})" for u in chosen.upstreams_in_order())
-            typer.echo(
-                f"gateway: http://{chosen.server.host}:{chosen.server.port}/v1 -> {names}; "
-                f"failover {chosen.failover.policy}, "
-                f"{'open (no tenants)' if not chosen.tenants else f'{len(chosen.tenants)} tenants'}"
-                f"; relayed by {describe_line()}"
-            )
+
+            def with_options(loaded: GatewayConfig) -> GatewayConfig:
+                """The configuration with the command line's options over it (on reload too)."""
+                paced = with_pacing_and_recording(loaded, pacer=pacer, record=record)
+                return with_server(paced, overrides)
+
+            chosen = with_options(chosen)
+            typer.echo(_banner(chosen, describe_line()))
+            for upstream_config in chosen.upstreams_in_order():
+                base = upstream_config.base_url.rstrip("/")
+                if not base.endswith("/v1"):
+                    # Not an error (a provider may serve its API elsewhere), but the commonest
+                    # first mistake: the server's root given where its API base goes.
+                    typer.echo(
+                        f"note: {upstream_config.name}'s base URL {base} does not end in /v1;"
+                        f" requests go to {base}/chat/completions (did you mean {base}/v1?)"
+                    )
 
             def reload() -> GatewayConfig:
                 assert config is not None
-                return with_server(load_config(config), overrides)
+                return with_options(load_config(config))
 
             serve(chosen, reload=None if config is None else reload)
+
+
+def _banner(config: GatewayConfig, line: str) -> str:
+    """The start line: where it listens, what it relays to, and how."""
+    names = ", ".join(f"{u.name} ({u.base_url})" for u in config.upstreams_in_order())
+    tenants = f"{len(config.tenants)} tenants" if config.tenants else "open (no tenants)"
+    pacing = f"paced by {config.pacing.default}" if config.pacing.default else "not paced"
+    recording = config.recording
+    recorded = f"recording to {recording.directory}" if recording.enabled else "not recording"
+    return (
+        f"gateway: http://{config.server.host}:{config.server.port}/v1 -> {names}; "
+        f"failover {config.failover.policy}, {tenants}, {pacing}, {recorded}; relayed by {line}"
+    )

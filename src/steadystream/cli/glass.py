@@ -20,11 +20,19 @@ def glass(
     ],
     inject: Annotated[
         list[str] | None,
-        typer.Option("--inject", "-i", help="A fault to inject (as for `replay`; repeatable)."),
+        typer.Option(
+            "--inject",
+            "-i",
+            metavar="FAULT",
+            help="A fault to inject (as for `replay`; repeatable).",
+        ),
     ] = None,
     only: Annotated[
         list[str] | None,
-        typer.Option(help="Replay only the recorded streams whose id matches (repeatable)."),
+        typer.Option(
+            metavar="PATTERN",
+            help="Replay only the recorded streams whose id matches (repeatable).",
+        ),
     ] = None,
     runs: Annotated[int, typer.Option(min=1, max=10_000, help="Requests the page makes.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the injections' draws.")] = 0,
@@ -32,7 +40,10 @@ def glass(
         Path, typer.Option("--output", "-o", help="Where the timelines go (JSONL or Parquet).")
     ] = Path("glass.jsonl"),
     timeout: Annotated[
-        str, typer.Option(help="Deadline of each run (page load, answer and report).")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Deadline of each run (page load, answer and report)."
+        ),
     ] = "2m",
 ) -> None:
     """Replay RUN into PAGE in headless Chromium; record its arrivals and paints per token.
@@ -43,15 +54,14 @@ def glass(
     """
     import asyncio
 
-    from rich.console import Console
-
+    from steadystream.cli import _console
     from steadystream.cli._options import duration_ns, exit_on_error
     from steadystream.files import read_timelines, write_timelines
     from steadystream.glass.harness import GlassError, drive_page
     from steadystream.replay import ReplayServer, parse_injection
-    from steadystream.report._browser import find_chromium
+    from steadystream.report import find_chromium
 
-    console = Console(stderr=True)
+    console = _console.console(stderr=True)
     timeout_s = duration_ns(timeout, "--timeout") / 1e9
     with exit_on_error():
         injections = [parse_injection(spec) for spec in inject or []]

@@ -13,7 +13,13 @@ from steadystream.cli import app
 @app.command()
 def lab(
     scenario: Annotated[
-        str, typer.Option("--scenario", "-s", help="A preset name or a scenario YAML file.")
+        str,
+        typer.Option(
+            "--scenario",
+            "-s",
+            metavar="NAME|FILE",
+            help="A preset name or a scenario YAML file.",
+        ),
     ] = "steady",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,

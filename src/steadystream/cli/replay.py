@@ -18,6 +18,7 @@ def replay(
         typer.Option(
             "--inject",
             "-i",
+            metavar="FAULT",
             help="A fault to inject, e.g. pause:2s@50%, pause:1.5s@token=40, burst:30@start,"
             " jitter:20ms, stall:forever@60%, truncate@80% (repeatable).",
         ),
@@ -25,16 +26,23 @@ def replay(
     seed: Annotated[int, typer.Option(help="Same seed and request order: same draws.")] = 0,
     where: Annotated[
         str | None,
-        typer.Option(help="The vantage point to play (default: client, else the file's first)."),
+        typer.Option(
+            metavar="WHERE",
+            help="The vantage point to play (default: client, else the file's first).",
+        ),
     ] = None,
     only: Annotated[
         list[str] | None,
         typer.Option(
-            help="Play only the recorded streams whose id matches (steady-*; repeatable)."
+            metavar="PATTERN",
+            help="Play only the recorded streams whose id matches (steady-*; repeatable).",
         ),
     ] = None,
     stall_limit: Annotated[
-        str, typer.Option(help="How long a stall:forever holds a stream before cutting it.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="How long a stall:forever holds a stream before cutting it."
+        ),
     ] = "5m",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,

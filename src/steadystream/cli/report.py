@@ -21,15 +21,26 @@ from steadystream.cli._options import (
     metric_config,
 )
 
+DEFAULT_OUTPUT = Path("report.html")
+
 
 @app.command()
 def report(
     files: Annotated[
         list[Path], typer.Argument(help="Timeline files of the run (.jsonl, .jsonl.gz, .parquet).")
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
-        "report.html"
-    ),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The HTML file to write (default: report.html, which is never overwritten"
+            " without --force).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite report.html when -o is not given.")
+    ] = False,
     baseline: Annotated[
         list[Path] | None,
         typer.Option("--baseline", help="A run to compare with (repeat for several files)."),
@@ -38,6 +49,7 @@ def report(
         list[str] | None,
         typer.Option(
             "--whatif",
+            metavar="SPEC",
             help="A pacer spec to simulate over the run, e.g. leaky:interval=33ms (repeatable);"
             " the report gets a what-if table.",
         ),
@@ -63,6 +75,16 @@ def report(
     from steadystream.cli._inputs import read_engine_beside
     from steadystream.report import build_report, write_report
 
+    if output is None:
+        # A name the user did not choose is not theirs to lose: the report of an earlier
+        # run stays unless they say so (a new name each time would leave them guessing which
+        # file is the latest, and scripts without a path to open).
+        output = DEFAULT_OUTPUT
+        if output.exists() and not force:
+            raise typer.BadParameter(
+                f"{output} exists: name another file with -o FILE, or overwrite it with --force",
+                param_hint="--output",
+            )
     config = metric_config(
         stall_threshold=stall_threshold,
         ttft_target=ttft_target,

@@ -28,13 +28,17 @@ def whatif(
         typer.Option(
             "--pacer",
             "-p",
+            metavar="SPEC",
             help="A pacer spec, e.g. leaky:interval=33ms,capacity=8 (repeat to compare; "
             "default: every pacer with its defaults).",
         ),
     ] = None,
     max_added_ttft: Annotated[
         str | None,
-        typer.Option(help="Only a pacer whose added TTFT p99 stays within this can be best."),
+        typer.Option(
+            metavar="DURATION",
+            help="Only a pacer whose added TTFT p99 stays within this can be best.",
+        ),
     ] = None,
     stall_threshold: StallThreshold = "400ms",
     ttft_target: TtftTarget = "800ms",
@@ -86,9 +90,9 @@ def whatif(
         data["written"] = written
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return
-    from rich.console import Console
+    from steadystream.cli._console import console as stdout_console
 
-    console = Console()
+    console = stdout_console()
     print_whatif(result, console)
     for name in written:
         console.print(f"paced timelines written to {name}", highlight=False)

@@ -48,6 +48,7 @@ __all__ = [
     "config_from_mapping",
     "config_from_upstreams",
     "load_config",
+    "with_pacing_and_recording",
     "with_server",
 ]
 
@@ -554,6 +555,28 @@ def with_server(config: GatewayConfig, overrides: Mapping[str, Any]) -> GatewayC
             problems.append(f"--{key} {overrides.get(key)!r} (server.{key}): {message}")
         raise ConfigError("the command line: " + "; ".join(problems)) from exc
     return config.model_copy(update={"server": server})
+
+
+def with_pacing_and_recording(
+    config: GatewayConfig, *, pacer: str | None = None, record: str | Path | None = None
+) -> GatewayConfig:
+    """``config`` with ``--pacer SPEC`` as ``pacing.default`` and ``--record DIR`` as
+    ``recording.enabled`` into that directory, over what a file says (command-line options);
+    a spec that is not a pacer is a :class:`ConfigError` naming ``--pacer``."""
+    update: dict[str, Any] = {}
+    if pacer is not None:
+        try:
+            _check_pacer(pacer)
+        except ValueError as exc:
+            raise ConfigError(
+                f"the command line: --pacer {pacer!r} (pacing.default): {exc}"
+            ) from None
+        update["pacing"] = config.pacing.model_copy(update={"default": pacer})
+    if record is not None:
+        update["recording"] = config.recording.model_copy(
+            update={"enabled": True, "directory": str(record)}
+        )
+    return config.model_copy(update=update) if update else config
 
 
 def config_from_upstreams(

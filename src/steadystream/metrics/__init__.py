@@ -27,6 +27,7 @@ from steadystream.metrics._fleet import (
     worst_streams,
 )
 from steadystream.metrics._per_stream import (
+    ARRIVAL_WINDOW_NS,
     STREAM_COLUMNS,
     StreamMetrics,
     StreamTable,
@@ -35,6 +36,7 @@ from steadystream.metrics._per_stream import (
 )
 
 __all__ = [
+    "ARRIVAL_WINDOW_NS",
     "FLEET_CATALOGUE",
     "LABEL_DIMENSIONS",
     "RUN_SETTINGS",

@@ -15,7 +15,7 @@ from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._per_stream import StreamTable, stream_table
 from steadystream.timeline import Timeline
 
-__all__ = ["LABEL_DIMENSIONS", "FleetMetrics", "fleet_metrics", "worst_streams"]
+__all__ = ["LABEL_DIMENSIONS", "FleetMetrics", "fleet_metrics", "good_streams", "worst_streams"]
 
 LABEL_DIMENSIONS = ("model", "route", "tenant")
 
@@ -94,10 +94,7 @@ def fleet_metrics(
     threshold_s = cfg.stall_threshold_ns / 1e9
     target_s = cfg.ttft_target_ns / 1e9
 
-    failed = np.array([o in _FAILED for o in table.outcomes], dtype=bool)
-    smooth = np.isnan(worst) | (worst <= threshold_s)
-    with np.errstate(invalid="ignore"):
-        good = ~failed & ~np.isnan(ttft) & (ttft <= target_s) & smooth
+    good = good_streams(table, cfg)
     tokens = float(np.nansum(col("output_tokens")))
     stalls = int(np.nansum(col("stall_count")))
     unstable = col("unstable")
@@ -141,6 +138,16 @@ def fleet_metrics(
         head_burst_p50=_percentiles(col("head_burst"), (50,))[0],
         ttft_by=_ttft_by_label(table),
     )
+
+
+def good_streams(table: StreamTable, config: MetricConfig) -> npt.NDArray[np.bool_]:
+    """Per stream: did it count for ITL goodput (completed, first token within the TTFT
+    target, no gap above the stall threshold; docs/metrics.md#fleet)."""
+    worst, ttft = table.column("max_gap_s"), table.column("ttft_s")
+    failed = np.array([o in _FAILED for o in table.outcomes], dtype=bool)
+    smooth = np.isnan(worst) | (worst <= config.stall_threshold_ns / 1e9)
+    with np.errstate(invalid="ignore"):
+        return ~failed & ~np.isnan(ttft) & (ttft <= config.ttft_target_ns / 1e9) & smooth
 
 
 def worst_streams(table: StreamTable, count: int = 10) -> list[int]:

@@ -2,7 +2,7 @@
 
 Pure numpy, no I/O. Every metric is defined once in docs/metrics.md (cited here by its
 section, e.g. ``[metrics.md#gaps]``). Computation is vectorised over all streams at once:
-events of every stream are concatenated and reduced by segment (see ``_segments``), so a
+events of every stream are concatenated and reduced by segment (see ``segments``), so a
 100,000-stream run costs a few hundred numpy calls, not a Python loop per chunk.
 
 A metric that cannot be computed for a stream is NaN in a :class:`StreamTable` column and
@@ -20,7 +20,7 @@ import numpy.typing as npt
 from steadystream._types import TEXT_KINDS, Outcome
 from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._quality import andes_qoe, fluidity
-from steadystream.metrics._segments import (
+from steadystream.metrics.segments import (
     segment_ids,
     segment_percentiles,
     segment_starts,

@@ -1,7 +1,7 @@
 """Experience models over token arrival times: Andes QoE and the Etalon fluidity index.
 
 Both run a per-token recursion with a floor at zero (a reader's buffer, a deadline's carried
-slack), which ``_segments.lindley`` evaluates for every stream at once, in integer
+slack), which ``segments.lindley`` evaluates for every stream at once, in integer
 nanoseconds so that a token exactly on its deadline is decided exactly.
 Definitions and their differences from the papers: docs/metrics.md#qoe, #fluidity.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream.metrics._config import MetricConfig
-from steadystream.metrics._segments import (
+from steadystream.metrics.segments import (
     lindley,
     segment_ids,
     segment_running_max,

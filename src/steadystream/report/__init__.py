@@ -4,10 +4,12 @@
     >>> write_report(report, "report.html")
     >>> from steadystream.report.images import write_images
     >>> write_images(report, "charts/")        # PNG and SVG per chart; needs Chromium
+    >>> find_chromium()                         # the Chromium it would use, or None
 
 docs/report.md explains how to read each chart.
 """
 
+from steadystream.report._browser import find_chromium
 from steadystream.report.build import CHART_IDS, build_report
 from steadystream.report.cards import Card, headline_cards
 from steadystream.report.html import render_html, write_report
@@ -21,6 +23,7 @@ __all__ = [
     "ReportFinding",
     "WhatIfTable",
     "build_report",
+    "find_chromium",
     "headline_cards",
     "render_html",
     "write_report",

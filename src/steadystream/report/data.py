@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from steadystream._types import TEXT_KINDS
 from steadystream.metrics import LABEL_DIMENSIONS, FleetMetrics
-from steadystream.metrics._segments import segment_percentiles, segment_starts, segment_sum
+from steadystream.metrics.segments import segment_percentiles, segment_starts, segment_sum
 from steadystream.timeline import Timeline
 
 __all__ = [

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from steadystream import _ray
+import steadystream._ray as _ray
 from steadystream._exceptions import SteadystreamError
 from steadystream._types import Where
 from steadystream.analysis import FileTable, RunTables
@@ -105,7 +105,8 @@ def explain_files(
     check_threshold(stall_threshold_ns)
     with _ray.connected(address) as ray:
         read = ray.remote(num_cpus=1, num_returns=3)(_read_file)
-        refs = [read.remote(path, config) for path in paths]
+        # A worker's folder is not the caller's: the same path there is the absolute one.
+        refs = [read.remote(Path(path).absolute(), config) for path in paths]
         heads: list[_FileHead] = []
         for head in ray.get([ref[0] for ref in refs]):
             if isinstance(head, SteadystreamError):

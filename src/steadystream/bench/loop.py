@@ -1,7 +1,8 @@
 """Run a coroutine on uvloop when it is installed (the ``fast`` extra), else on asyncio.
 
 uvloop's lower per-callback cost is client overhead the measurement does not carry: each
-chunk is stamped when the loop gets to it, so a cheaper loop gets to it sooner.
+chunk is stamped when the loop gets to it, so a cheaper loop gets to it sooner. Whatever drives a
+run from synchronous code (the ``bench`` command, a script) runs it here.
 """
 
 from __future__ import annotations

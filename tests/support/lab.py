@@ -1,4 +1,5 @@
-"""Builders for the lab tests: run the engine in simulated time, with writers and no sockets."""
+"""The lab engine run in simulated time, with writers and no sockets: plans of arrivals, and
+what the truth of each request says (gaps, causes, the schedule that must repeat)."""
 
 from __future__ import annotations
 
