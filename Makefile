@@ -42,8 +42,14 @@ COVERAGE_FLOOR := 95.0
 
 # The relay's tests (tests/stamped, tests/gateway, tests/protocol) run on both of its builds,
 # the Python source and the compiled one (the ``build`` fixture, tests/conftest.py).
+# The suite is spread over the cores by pytest-xdist (many tests wait on servers, so a worker
+# more than the cores still gains; worksteal evens out the few long ones). TEST_WORKERS=0
+# runs it in one process. The few tests that hold real gaps to a few milliseconds (marked
+# serial: a loaded machine defers loopback delivery) run after the rest, alone.
+TEST_WORKERS ?= 4
 unit: $(STAMP) $(COMPILED) $(REAL)
-	$(BIN)/pytest --cov --cov-fail-under=$(COVERAGE_FLOOR)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" --cov --cov-report=
+	$(BIN)/pytest -m serial -q --cov --cov-append --cov-fail-under=$(COVERAGE_FLOOR)
 
 # The real parts of the integration tests (tests/integration, docs/engines.md): llama.cpp's
 # server through llama-cpp-python with a small model from PyPI, and Debian's nginx and
@@ -76,17 +82,27 @@ system-parts:
 # through it. The interpreter itself is not instrumented: libasan is preloaded into it, and
 # its own leaks are not reported (leak checks would flag every interned string).
 SANITIZE := build/sanitize
-sanitize: $(STAMP)
-	rm -rf $(SANITIZE) && mkdir -p $(SANITIZE)
-	cp -r src setup.py pyproject.toml MANIFEST.in README.md $(SANITIZE)/
-	find $(SANITIZE)/src -name '*.so' -delete
-	cd $(SANITIZE) && CFLAGS="-fsanitize=address -fno-omit-frame-pointer -O1" \
-		LDFLAGS="-fsanitize=address" $(CURDIR)/$(BIN)/python setup.py -q build_ext --inplace
+SANITIZED := $(SANITIZE)/.built
+sanitize: $(SANITIZED)
+	rm -rf $(SANITIZE)/run && cp -r src $(SANITIZE)/run
+	find $(SANITIZE)/run -name '*.so' -delete
+	cd $(SANITIZE)/build/src && find . -name '*.so' -exec cp --parents {} ../../run/ \;
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
-		PYTHONPATH=$(SANITIZE)/src STEADYSTREAM_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} \
-		$(BIN)/pytest -q -p no:cacheprovider tests/gateway/test_fuzz.py \
-		tests/gateway/test_line.py tests/gateway/test_events.py tests/stamped tests/protocol
+		PYTHONPATH=$(SANITIZE)/run STEADYSTREAM_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} \
+		$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal \
+		tests/gateway/test_fuzz.py tests/gateway/test_line.py tests/gateway/test_events.py \
+		tests/stamped tests/protocol
+
+# The instrumented build of the twins, made again only when one's source or the build changes;
+# the rest of the source is copied fresh beside it for every run.
+$(SANITIZED): $(STAMP) setup.py $(wildcard src/steadystream/*/*_py.py src/steadystream/*/*_c.pxd)
+	rm -rf $(SANITIZE) && mkdir -p $(SANITIZE)/build
+	cp -r src setup.py pyproject.toml MANIFEST.in README.md $(SANITIZE)/build/
+	find $(SANITIZE)/build/src -name '*.so' -delete
+	cd $(SANITIZE)/build && CFLAGS="-fsanitize=address -fno-omit-frame-pointer -O1" \
+		LDFLAGS="-fsanitize=address" $(CURDIR)/$(BIN)/python setup.py -q build_ext --inplace
+	touch $(SANITIZED)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyze.py

@@ -1,5 +1,5 @@
-"""What every pydantic configuration here shares: the ``Duration`` and ``Workers`` types, and
-one describer.
+"""What every pydantic configuration here shares: the ``Duration``, ``Texts`` and ``Workers``
+types, and one describer.
 
 The gateway's YAML file, the lab's scenarios and bench's options are pydantic models. They
 read durations the same way (``1.5s``, ``400ms``, a bare number of seconds; held as integer
@@ -22,6 +22,7 @@ from steadystream._units import parse_duration
 
 __all__ = [
     "Duration",
+    "Texts",
     "Workers",
     "accepted_keys",
     "describe_errors",
@@ -48,6 +49,15 @@ def _duration(value: Any) -> Any:
 
 Duration = Annotated[int, BeforeValidator(_duration)]
 """Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
+
+
+def _from_text(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+Texts = Annotated[tuple[str, ...], BeforeValidator(_from_text)]
+"""The values of a repeatable option; one text given is one value (``("x",)``, not the
+letters of ``"x"``)."""
 
 
 _WORKERS_PER_CORE = 4

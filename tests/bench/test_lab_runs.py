@@ -84,6 +84,7 @@ async def ground_truth(url: str, request_ids: list[str]) -> list[dict[str, Any]]
         return records
 
 
+@pytest.mark.serial  # gaps to 5 ms of the lab's: run alone (make test)
 @pytest.mark.asyncio
 async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(lab_process: LabProcess) -> None:
     # Nearly regular arrivals (gamma shape 50), 125 ms apart: requests that reach the lab

@@ -20,7 +20,8 @@ from steadystream.timeline import Timeline
 from tests.support.gateway import gateway_config
 from tests.support.report import SAMPLE_RUN
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# A real browser's frames and timers against the replay's clock: run alone (make test).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 PAGE = Path(__file__).resolve().parents[2] / "examples" / "chat-page" / "index.html"
 MS = 1_000_000

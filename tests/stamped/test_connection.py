@@ -248,7 +248,18 @@ def test_a_sink_can_pause_the_reads_and_resume_them(serve: Serve) -> None:
     """A sink whose reader cannot keep up leaves the rest to the kernel until it resumes:
     nothing is read meanwhile, nothing is lost, and the order holds."""
     bodies = [b"data: %d\n\n" % i for i in range(5)]
-    server = serve(events_script(*(chunked(body) for body in bodies)))
+    paused = threading.Event()
+
+    def script(peer: socket.socket) -> None:
+        # The first event alone, and the rest only once the reader has paused: so a busy
+        # machine cannot hand them all to one read before the pause.
+        peer.sendall(SSE_HEAD + chunked(bodies[0]))
+        paused.wait(10)
+        for body in bodies[1:]:
+            peer.sendall(chunked(body))
+        peer.sendall(b"0\r\n\r\n")
+
+    server = serve(script)
 
     async def read() -> tuple[list[tuple[int, bytes]], int]:
         conn = await StampedConnection.open(
@@ -261,6 +272,7 @@ def test_a_sink_can_pause_the_reads_and_resume_them(serve: Serve) -> None:
             pieces.append((stamp, data))
             if len(pieces) == 1:
                 conn.pause_reading()
+                paused.set()
                 asyncio.get_running_loop().call_later(0.1, resume)
             return False
 

@@ -7,10 +7,15 @@ import itertools
 import socket
 import time
 
+import pytest
+
 from steadystream._clock import NS_PER_MS, MonotonicClock
 from steadystream.protocol import SseDecoder, SseEvent
 from steadystream.stamped import StampedConnection, StampMode, Target
 from tests.support.scripted import SSE_HEAD, Script, ScriptedServer, chunked
+
+# Exact to a millisecond: a loaded machine defers loopback delivery (make test runs it alone).
+pytestmark = pytest.mark.serial
 
 EVENTS = 5
 SPACING_S = 0.020

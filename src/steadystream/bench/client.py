@@ -329,8 +329,12 @@ class _State:
 
         Events written together share a stamp rightly; events that waited together in the
         kernel's queue while the loop was busy share the newest one's stamp wrongly. A read
-        the loop took promptly after its stamp holds the former.
+        the loop took promptly after its stamp holds the former. User stamps are taken when
+        the read is, so how long ago one was says nothing of how long its events waited:
+        only kernel stamps are counted.
         """
+        if self.client.stamps is not StampMode.KERNEL:
+            return
         if stamp == self.last_stamp:
             self.stamp_events += events
         else:

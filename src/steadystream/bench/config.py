@@ -4,10 +4,15 @@
 Python caller builds by hand; both get the same checks, at construction, with the messages
 the command line prints (they name options as ``--flag``, the field's name with dashes).
 Each field carries a :class:`Flag`: its help, its help panel and any short names. The
-command line is generated from these fields (:mod:`steadystream.cli.bench`), so adding an
-option is one field here, and the code that uses it (``engine_metrics`` below came so)::
+command line is generated from these fields (:mod:`steadystream.cli._models`, as for every
+command), so adding an option is one field here, and the code that uses it (``engine_metrics``
+below came so)::
 
-    keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
+    engine_metrics: Annotated[str | None, Flag("Scrape engine metrics ...", OUTPUT)] = None
+
+The options bench shares with other commands (``--stall-threshold``, ``--ttft-target``,
+``--max-regression``, ``--keep-text``, ``--ray-address``) are the shared definitions of
+:mod:`steadystream._options`, default and help included; a :class:`Panel` places them here.
 
 Durations are written as on the command line (``"400ms"``; a bare number is seconds) and
 held as integer nanoseconds. Values that name things outside the process (the prompts file,
@@ -21,7 +26,6 @@ parsers the plan uses; those are imported only when a value is checked, so that
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -35,9 +39,11 @@ from pydantic import (
     model_validator,
 )
 
-from steadystream._clock import NS_PER_MS, NS_PER_S
+from steadystream._clock import NS_PER_S
 from steadystream._exceptions import SpecError
-from steadystream._validation import Duration, describe_errors
+from steadystream._flags import Flag, Panel, option_name
+from steadystream._options import KeepText, MaxRegression, RayAddress, StallThreshold, TtftTarget
+from steadystream._validation import Duration, Texts, describe_errors
 
 if TYPE_CHECKING:
     from steadystream.bench.endpoint import Endpoint
@@ -63,29 +69,6 @@ CANCELLATION = "Cancellation"
 GATE_AND_SWEEP = "Gate and sweep"
 OUTPUT = "Output"
 SCALE = "Scale out (Ray)"
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """How a field shows on the command line.
-
-    ``names`` defaults to ``--field-name`` (and ``--no-field-name`` for a switch);
-    ``argument`` makes it positional; ``text`` reads it as text where the field holds a
-    number (a duration: ``400ms``); ``metavar`` is how ``--help`` names the value where its
-    type says too little (``KEY=VALUE``).
-    """
-
-    help: str
-    panel: str | None = None
-    names: tuple[str, ...] = ()
-    argument: bool = False
-    text: bool = False
-    metavar: str | None = None
-
-
-def option_name(field: str) -> str:
-    """``cancel_after`` as the command line and every message name it: ``--cancel-after``."""
-    return "--" + field.replace("_", "-")
 
 
 def _checked(parse: Callable[[str], object]) -> Callable[[str | None], str | None]:
@@ -170,14 +153,6 @@ def _output(path: Path | None) -> Path | None:
     return path
 
 
-def _from_text(value: Any) -> Any:
-    """A repeatable option given one value: ``("x",)``, not the letters of ``"x"``."""
-    return (value,) if isinstance(value, str) else value
-
-
-_Texts = Annotated[tuple[str, ...], BeforeValidator(_from_text)]
-
-
 class BenchConfig(BaseModel):
     """One bench run (or sweep): what to load, how, what to record, and how to judge it."""
 
@@ -197,7 +172,7 @@ class BenchConfig(BaseModel):
         str | None, Flag("Environment variable holding the API key.", REQUESTS, metavar="NAME")
     ] = None
     headers: Annotated[
-        _Texts,
+        Texts,
         Flag(
             "Extra header 'Name: value' (repeatable).",
             REQUESTS,
@@ -310,7 +285,7 @@ class BenchConfig(BaseModel):
             metavar="KEY=VALUE",
         ),
     ] = {}
-    keep_text: Annotated[bool, Flag("Store the answers' text in the file.", OUTPUT)] = False
+    keep_text: Annotated[KeepText, Panel(OUTPUT)]
     engine_metrics: Annotated[
         str | None,
         AfterValidator(_checked(_engine_metrics)),
@@ -321,32 +296,19 @@ class BenchConfig(BaseModel):
             metavar="auto|URL",
         ),
     ] = None
-    stall_threshold: Annotated[
-        Duration, Flag("A gap above this is a stall.", GATE_AND_SWEEP, text=True)
-    ] = Field(400 * NS_PER_MS, gt=0)
-    ttft_target: Annotated[
-        Duration, Flag("TTFT target for ITL goodput.", GATE_AND_SWEEP, text=True)
-    ] = Field(800 * NS_PER_MS, gt=0)
+    stall_threshold: Annotated[StallThreshold, Panel(GATE_AND_SWEEP)]
+    ttft_target: Annotated[TtftTarget, Panel(GATE_AND_SWEEP)]
     gate: Annotated[
         Path | None, Flag("Gate the run against this baseline run.", GATE_AND_SWEEP)
     ] = None
-    max_regression: Annotated[
-        _Texts,
-        AfterValidator(_gate_rules),
-        Flag(
-            "Gate limits, as for `gate`.",
-            GATE_AND_SWEEP,
-            ("--max-regression", "-r"),
-            metavar="METRIC=LIMIT",
-        ),
-    ] = ()
+    max_regression: Annotated[MaxRegression, AfterValidator(_gate_rules), Panel(GATE_AND_SWEEP)]
     sweep: Annotated[
         str | None,
         AfterValidator(_checked(_sweep_plan)),
         Flag("rates=1,2,4,8 | rates=search:1-64 | concurrency=1,4,16.", GATE_AND_SWEEP),
     ] = None
     slo: Annotated[
-        _Texts,
+        Texts,
         AfterValidator(_objectives),
         Flag(
             "Sweep objective, e.g. goodput>=99% (default: that and ttft_p95<=800ms).",
@@ -370,10 +332,7 @@ class BenchConfig(BaseModel):
         Field(ge=1),
         Flag("With --ray: how many actors (default: the Ray cluster's CPUs).", SCALE),
     ] = None
-    ray_address: Annotated[
-        str | None,
-        Flag("The Ray cluster to run on (implies --ray), e.g. ray://head:10001.", SCALE),
-    ] = None
+    ray_address: Annotated[RayAddress, Panel(SCALE)]
 
     @property
     def on_ray(self) -> bool:

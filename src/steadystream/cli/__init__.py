@@ -1,4 +1,8 @@
-"""The ``steadystream`` command: one module per command, each importing its heavy parts lazily."""
+"""The ``steadystream`` command: one module per command, each importing its heavy parts lazily.
+
+Every command's options are pydantic fields (:mod:`steadystream.cli._models`); those several
+commands share are declared once (:mod:`steadystream._options`, :mod:`steadystream.cli._groups`).
+"""
 
 from __future__ import annotations
 
@@ -64,7 +68,8 @@ _COMMANDS = (
 
 
 def _register() -> None:
-    # Command modules import only typer at module level, so `--help` stays instant.
+    # Command modules import only typer, pydantic and the option definitions at module level
+    # (steadystream._options, cli._groups, cli._models), so `--help` stays instant.
     for name in _COMMANDS:
         importlib.import_module(f"steadystream.cli.{name}")
 

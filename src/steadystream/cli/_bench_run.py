@@ -1,14 +1,11 @@
 """What ``steadystream bench`` shows: the plan, the live view, the summary, the verdicts.
 
-The work is :func:`steadystream.bench.entrypoint.run_bench`; this module checks the options
-into a :class:`BenchConfig`, draws the live view from the run's hooks, renders the outcome
-and maps it to an exit code.
+The work is :func:`steadystream.bench.entrypoint.run_bench`; this module plans the run the
+:class:`BenchConfig` says, draws the live view from the run's hooks, renders the outcome and
+maps it to an exit code.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -22,7 +19,7 @@ from steadystream.bench.entrypoint import BenchHooks, BenchOutcome, run_bench
 from steadystream.bench.plan import BenchPlan, plan_bench
 from steadystream.bench.runner import BenchRunner
 from steadystream.cli import _bench_view, _console, _render
-from steadystream.cli._options import exit_on_error, print_error
+from steadystream.cli._errors import exit_on_error, print_error
 from steadystream.cli.gate import show_verdict, verdict_code
 
 __all__ = ["execute"]
@@ -51,10 +48,10 @@ class _LiveHooks(BenchHooks):
         await self.view.stop()
 
 
-def execute(options: Mapping[str, Any], *, live: bool, json_output: bool) -> int:
+def execute(config: BenchConfig, *, live: bool, json_output: bool) -> int:
     """Run the command; the exit code (0 done, 1 gate/SLO failed, 2, 3, 4, 130)."""
     with exit_on_error():
-        plan = plan_bench(BenchConfig.from_options(options))
+        plan = plan_bench(config)
     console = _console.console(stderr=json_output)
     if not json_output:
         _print_plan(plan, console)

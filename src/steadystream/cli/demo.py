@@ -10,43 +10,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from pydantic import Field
 
+from steadystream._flags import Flag
+from steadystream._validation import Duration
 from steadystream.cli import app
-from steadystream.cli._options import duration_ns, exit_on_error
+from steadystream.cli._models import model_options
 
 DEFAULT_PACER = "leaky"
 CONCURRENCY = 12
 
 
 @app.command()
+@model_options
 def demo(
+    *,
     duration: Annotated[
-        str,
-        typer.Option(
-            metavar="DURATION",
-            help="Bench time in all, split between the direct and paced runs.",
-        ),
-    ] = "80s",
+        Duration,
+        Field(default="80s", validate_default=True),  # shown as written
+        Flag("Bench time in all, split between the direct and paced runs.", text=True),
+    ],
     scenario: Annotated[
-        str, typer.Option(metavar="NAME", help="Lab scenario (steadystream lab --list).")
+        str, Flag("Lab scenario (steadystream lab --list).", metavar="NAME")
     ] = "mixed",
     pacer: Annotated[
-        str, typer.Option(metavar="SPEC", help="Pacer for the run through the gateway.")
+        str, Flag("Pacer for the run through the gateway.", metavar="SPEC")
     ] = DEFAULT_PACER,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Report file.")] = Path(
-        "report.html"
-    ),
-    workdir: Annotated[Path, typer.Option(help="Where the runs and logs go.")] = Path("demo-run"),
-    seed: Annotated[int, typer.Option(help="Seed of the lab and the load.")] = 1,
+    output: Annotated[Path, Flag("Report file.", names=("-o", "--output"))] = Path("report.html"),
+    workdir: Annotated[Path, Flag("Where the runs and logs go.")] = Path("demo-run"),
+    seed: Annotated[int, Flag("Seed of the lab and the load.")] = 1,
 ) -> None:
     """Lab + gateway + two benches + a report, on 127.0.0.1, stopped when done."""
     from steadystream.cli._console import console
     from steadystream.cli._demo_steps import DemoPlan, run_demo
+    from steadystream.cli._errors import exit_on_error
 
-    total_ns = duration_ns(duration, "--duration")
     plan = DemoPlan(
-        bench_ns=max(total_ns // 2, 2_000_000_000),
+        bench_ns=max(duration // 2, 2_000_000_000),
         scenario=scenario,
         pacer=pacer,
         report=output,

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steadystream._flags import Flag
+from steadystream._options import JsonOutput, MaxRegression
 from steadystream.cli import app
-from steadystream.cli._options import StallThreshold, TtftTarget
+from steadystream.cli._groups import Thresholds
+from steadystream.cli._models import model_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,30 +27,18 @@ EXIT_UNDECIDED = 4  # too few streams to judge: not a pass, and not a regression
 
 
 @app.command()
+@model_options
 def gate(
-    baseline: Annotated[Path, typer.Argument(help="The reference run (timeline file).")],
-    current: Annotated[Path, typer.Argument(help="The run to judge (timeline file).")],
-    max_regression: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max-regression",
-            "-r",
-            metavar="METRIC=LIMIT",
-            help=(
-                "METRIC=LIMIT, e.g. p99_of_p99=10%, goodput=-2pt, ttft_p95=50ms; repeat or "
-                "comma-separate. Replaces the default limit of the same metric."
-            ),
-        ),
-    ] = None,
+    *,
+    baseline: Annotated[Path, Flag("The reference run (timeline file).", argument=True)],
+    current: Annotated[Path, Flag("The run to judge (timeline file).", argument=True)],
+    max_regression: MaxRegression,
     no_defaults: Annotated[
         bool,
-        typer.Option(
-            "--no-defaults", help="Check only the rules given, not the default five as well."
-        ),
+        Flag("Check only the rules given, not the default five as well.", names=("--no-defaults",)),
     ] = False,
-    stall_threshold: StallThreshold = "400ms",
-    ttft_target: TtftTarget = "800ms",
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    thresholds: Thresholds,
+    json_output: JsonOutput,
 ) -> None:
     """Compare two runs; exit 1 if any limit is broken, 0 if none, 2 on unusable input.
 
@@ -58,16 +49,13 @@ def gate(
     from steadystream.bench.gate import parse_rules
     from steadystream.bench.verdict import judge_runs, load_run
     from steadystream.cli._console import console
-    from steadystream.cli._options import duration_ns, exit_on_error
-    from steadystream.metrics import MetricConfig
+    from steadystream.cli._errors import exit_on_error
 
-    config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold", positive=True),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target", positive=True),
-    )
     with exit_on_error():
-        rules = parse_rules(max_regression or [], defaults=not no_defaults)
-        verdict = judge_runs(load_run(baseline), load_run(current), rules, config)
+        rules = parse_rules(max_regression, defaults=not no_defaults)
+        verdict = judge_runs(
+            load_run(baseline), load_run(current), rules, thresholds.metric_config()
+        )
     show_verdict(verdict, console(), json_output=json_output)
     code = verdict_code(verdict)
     if code:

@@ -8,64 +8,63 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steadystream._flags import Flag
 from steadystream._signals import handling
 from steadystream.cli import app
+from steadystream.cli._models import model_options
 
 if TYPE_CHECKING:
     from steadystream.gateway.config import GatewayConfig
 
 
+# --host and --port are the gateway's own: given, they override the configuration's server
+# section; lab's and replay's (steadystream._options.Host, Port) bind where they say.
 @app.command()
+@model_options
 def gateway(
+    *,
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="The gateway's YAML configuration.")
+        Path | None, Flag("The gateway's YAML configuration.", names=("--config", "-c"))
     ] = None,
     upstream: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--upstream",
+        tuple[str, ...],
+        Flag(
+            "An upstream base URL (repeat, in priority order); starts without a config.",
+            names=("--upstream",),
             metavar="URL",
-            help="An upstream base URL (repeat, in priority order); starts without a config.",
         ),
-    ] = None,
+    ] = (),
     upstream_key_env: Annotated[
         str | None,
-        typer.Option(
-            metavar="NAME", help="With --upstream: the environment variable holding their API key."
-        ),
+        Flag("With --upstream: the environment variable holding their API key.", metavar="NAME"),
     ] = None,
     host: Annotated[
-        str | None,
-        typer.Option(
-            metavar="ADDRESS", help="Address to bind (default 127.0.0.1, or the config's)."
-        ),
+        str | None, Flag("Address to bind (default 127.0.0.1, or the config's).", metavar="ADDRESS")
     ] = None,
-    port: Annotated[
-        int | None, typer.Option(help="Port to listen on (default 8080, or the config's).")
-    ] = None,
+    port: Annotated[int | None, Flag("Port to listen on (default 8080, or the config's).")] = None,
     workers: Annotated[
         str | None,
-        typer.Option(
-            metavar="N|auto",
-            help="Processes sharing the port, each with its own event loop: a number or 'auto'"
+        Flag(
+            "Processes sharing the port, each with its own event loop: a number or 'auto'"
             " (one per core); default 1, or the config's server.workers. SIGHUP replaces them"
             " with the configuration read again.",
+            metavar="N|auto",
         ),
     ] = None,
     pacer: Annotated[
         str | None,
-        typer.Option(
-            metavar="SPEC",
-            help="Pace every stream with this pacer, e.g. leaky or leaky:interval=33ms"
+        Flag(
+            "Pace every stream with this pacer, e.g. leaky or leaky:interval=33ms"
             " (docs/pacing.md); over the config's pacing.default.",
+            metavar="SPEC",
         ),
     ] = None,
     record: Annotated[
         Path | None,
-        typer.Option(
-            metavar="DIR",
-            help="Record both edges of every stream to rotating JSONL files in DIR, for"
+        Flag(
+            "Record both edges of every stream to rotating JSONL files in DIR, for"
             " analyze and report; over the config's recording section.",
+            metavar="DIR",
         ),
     ] = None,
 ) -> None:
@@ -73,7 +72,7 @@ def gateway(
     # Until the gateway installs its own handler (a reload with workers, a note with one), a
     # SIGHUP must not end a gateway that is still starting.
     with handling(signal.SIGHUP, signal.SIG_IGN):
-        from steadystream.cli._options import exit_on_error
+        from steadystream.cli._errors import exit_on_error
         from steadystream.gateway.config import (
             config_from_upstreams,
             load_config,
@@ -91,7 +90,7 @@ def gateway(
             if config is not None:
                 chosen = load_config(config)
             else:
-                chosen = config_from_upstreams(upstream or [], api_key_env=upstream_key_env)
+                chosen = config_from_upstreams(upstream, api_key_env=upstream_key_env)
             overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
             overrides = {k: v for k, v in overrides.items() if v is not None}
 

@@ -6,45 +6,38 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import Field
 
+from steadystream._flags import Flag
+from steadystream._options import Inject, Only
+from steadystream._validation import Duration
 from steadystream.cli import app
+from steadystream.cli._models import model_options
 
 
 @app.command()
+@model_options
 def glass(
+    *,
     page: Annotated[
-        str, typer.Argument(help="The chat page: a file path or an http(s) URL (docs/glass.md).")
+        str, Flag("The chat page: a file path or an http(s) URL (docs/glass.md).", argument=True)
     ],
     replay_run: Annotated[
-        Path, typer.Option("--replay", help="The recorded run to replay into the page.")
+        Path, Flag("The recorded run to replay into the page.", names=("--replay",))
     ],
-    inject: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--inject",
-            "-i",
-            metavar="FAULT",
-            help="A fault to inject (as for `replay`; repeatable).",
-        ),
-    ] = None,
-    only: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="PATTERN",
-            help="Replay only the recorded streams whose id matches (repeatable).",
-        ),
-    ] = None,
-    runs: Annotated[int, typer.Option(min=1, max=10_000, help="Requests the page makes.")] = 10,
-    seed: Annotated[int, typer.Option(help="Seed of the injections' draws.")] = 0,
+    inject: Inject,
+    only: Only,
+    runs: Annotated[int, Field(ge=1, le=10_000), Flag("Requests the page makes.")] = 10,
+    seed: Annotated[int, Flag("Seed of the injections' draws.")] = 0,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where the timelines go (JSONL or Parquet).")
+        Path,
+        Flag("Where the timelines go (JSONL or Parquet).", names=("--output", "-o")),
     ] = Path("glass.jsonl"),
     timeout: Annotated[
-        str,
-        typer.Option(
-            metavar="DURATION", help="Deadline of each run (page load, answer and report)."
-        ),
-    ] = "2m",
+        Duration,
+        Field(default="2m", validate_default=True),  # shown as written
+        Flag("Deadline of each run (page load, answer and report).", text=True),
+    ],
 ) -> None:
     """Replay RUN into PAGE in headless Chromium; record its arrivals and paints per token.
 
@@ -55,16 +48,16 @@ def glass(
     import asyncio
 
     from steadystream.cli import _console
-    from steadystream.cli._options import duration_ns, exit_on_error
+    from steadystream.cli._errors import exit_on_error
     from steadystream.files import read_timelines, write_timelines
     from steadystream.glass.harness import GlassError, drive_page
     from steadystream.replay import ReplayServer, parse_injection
     from steadystream.report import find_chromium
 
     console = _console.console(stderr=True)
-    timeout_s = duration_ns(timeout, "--timeout") / 1e9
+    timeout_s = timeout / 1e9
     with exit_on_error():
-        injections = [parse_injection(spec) for spec in inject or []]
+        injections = [parse_injection(spec) for spec in inject]
         timelines = read_timelines(replay_run).timelines
         chromium = find_chromium()
         if chromium is None:
@@ -72,7 +65,7 @@ def glass(
                 "no Chromium found: install it (Debian/Ubuntu: apt-get install chromium)"
                 " or set STEADYSTREAM_CHROMIUM to its path"
             )
-        server = ReplayServer(timelines, injections=injections, seed=seed, only=only or ())
+        server = ReplayServer(timelines, injections=injections, seed=seed, only=only)
         with server:
 
             def progress(run: int, error: str | None) -> None:

@@ -7,36 +7,38 @@ from typing import Annotated
 
 import typer
 
+from steadystream._flags import Flag
+from steadystream._options import KeepText
 from steadystream.cli import app
+from steadystream.cli._groups import Listen
+from steadystream.cli._models import model_options
 
 
 @app.command()
+@model_options
 def lab(
+    *,
     scenario: Annotated[
         str,
-        typer.Option(
-            "--scenario",
-            "-s",
+        Flag(
+            "A preset name or a scenario YAML file.",
+            names=("--scenario", "-s"),
             metavar="NAME|FILE",
-            help="A preset name or a scenario YAML file.",
         ),
     ] = "steady",
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,
-    seed: Annotated[int, typer.Option(help="Same seed + scenario + arrivals: same pauses.")] = 0,
+    listen: Listen,
+    seed: Annotated[int, Flag("Same seed + scenario + arrivals: same pauses.")] = 0,
     record: Annotated[
         Path | None,
-        typer.Option(help="Append each finished request's ground-truth timeline to this JSONL."),
+        Flag("Append each finished request's ground-truth timeline to this JSONL."),
     ] = None,
-    keep_text: Annotated[
-        bool, typer.Option(help="Store the generated text in the recorded timelines.")
-    ] = False,
+    keep_text: KeepText,
     list_presets: Annotated[
-        bool, typer.Option("--list", help="List the built-in scenarios and exit.")
+        bool, Flag("List the built-in scenarios and exit.", names=("--list",))
     ] = False,
 ) -> None:
     """An OpenAI-compatible server whose every pause has a known, recorded cause."""
-    from steadystream.cli._options import exit_on_error
+    from steadystream.cli._errors import exit_on_error
     from steadystream.lab.presets import preset_lines
 
     if list_presets:
@@ -51,6 +53,7 @@ def lab(
     with exit_on_error():
         chosen = load_scenario(scenario)
         writer = JsonlWriter(record, keep_text=keep_text, append=True) if record else None
+    host, port = listen.host, listen.port
     typer.echo(
         f"lab: scenario {chosen.name!r}, seed {seed}, models {', '.join(chosen.server.models)} "
         f"at http://{host}:{port}/v1" + (f", recording to {record}" if record else "")

@@ -6,74 +6,64 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import Field
 
+from steadystream._flags import Flag
+from steadystream._options import Inject, Only
+from steadystream._validation import Duration
 from steadystream.cli import app
+from steadystream.cli._groups import Listen
+from steadystream.cli._models import model_options
 
 
 @app.command()
+@model_options
 def replay(
-    run: Annotated[Path, typer.Argument(help="A recorded run (JSONL or Parquet).")],
-    inject: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--inject",
-            "-i",
-            metavar="FAULT",
-            help="A fault to inject, e.g. pause:2s@50%, pause:1.5s@token=40, burst:30@start,"
-            " jitter:20ms, stall:forever@60%, truncate@80% (repeatable).",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Same seed and request order: same draws.")] = 0,
+    *,
+    run: Annotated[Path, Flag("A recorded run (JSONL or Parquet).", argument=True)],
+    inject: Inject,
+    seed: Annotated[int, Flag("Same seed and request order: same draws.")] = 0,
     where: Annotated[
         str | None,
-        typer.Option(
+        Flag(
+            "The vantage point to play (default: client, else the file's first).",
             metavar="WHERE",
-            help="The vantage point to play (default: client, else the file's first).",
         ),
     ] = None,
-    only: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="PATTERN",
-            help="Play only the recorded streams whose id matches (steady-*; repeatable).",
-        ),
-    ] = None,
+    only: Only,
     stall_limit: Annotated[
-        str,
-        typer.Option(
-            metavar="DURATION", help="How long a stall:forever holds a stream before cutting it."
-        ),
-    ] = "5m",
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8000,
+        Duration,
+        Field(default="5m", validate_default=True),  # shown as written
+        Flag("How long a stall:forever holds a stream before cutting it.", text=True),
+    ],
+    listen: Listen,
 ) -> None:
     """Serve RUN's streams with their recorded timing and chunking, and the faults you inject.
 
     A request gets the stream its X-Replay-Stream header names, else the next in turn; what
     it was played is at /replay/requests/{id}.
     """
-    from steadystream.cli._options import duration_ns, exit_on_error
+    from steadystream.cli._errors import exit_on_error
     from steadystream.files import read_timelines
     from steadystream.replay import create_app, parse_injection
     from steadystream.replay.server import serve
 
-    limit = duration_ns(stall_limit, "--stall-limit")
     with exit_on_error():
-        injections = [parse_injection(spec) for spec in inject or []]
+        injections = [parse_injection(spec) for spec in inject]
         timelines = read_timelines(run).timelines
         # fail here, with a clear message, rather than inside uvicorn
-        create_app(timelines, injections=injections, seed=seed, where=where, only=only or ())
+        create_app(timelines, injections=injections, seed=seed, where=where, only=only)
     typer.echo(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
-        f" seed {seed}, at http://{host}:{port}/v1"
+        f" seed {seed}, at http://{listen.host}:{listen.port}/v1"
     )
     serve(
         timelines,
-        host=host,
-        port=port,
+        host=listen.host,
+        port=listen.port,
         injections=injections,
         seed=seed,
         where=where,
-        only=only or (),
-        stall_limit_ns=limit,
+        only=only,
+        stall_limit_ns=stall_limit,
     )

@@ -7,71 +7,55 @@ from typing import Annotated
 
 import typer
 
+from steadystream._flags import Flag
 from steadystream.cli import app
-from steadystream.cli._options import (
-    FluidityDeadline,
-    FluidityFirstDeadline,
-    FluidityForm,
-    QoeExpectedTtft,
-    QoeForm,
-    QoePace,
-    StallThreshold,
-    TtftTarget,
-    exit_on_error,
-    metric_config,
-)
+from steadystream.cli._groups import MetricSettings
+from steadystream.cli._models import model_options
 
 DEFAULT_OUTPUT = Path("report.html")
 
 
 @app.command()
+@model_options
 def report(
+    *,
     files: Annotated[
-        list[Path], typer.Argument(help="Timeline files of the run (.jsonl, .jsonl.gz, .parquet).")
+        list[Path], Flag("Timeline files of the run (.jsonl, .jsonl.gz, .parquet).", argument=True)
     ],
     output: Annotated[
         Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="The HTML file to write (default: report.html, which is never overwritten"
+        Flag(
+            "The HTML file to write (default: report.html, which is never overwritten"
             " without --force).",
+            names=("--output", "-o"),
         ),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Overwrite report.html when -o is not given.")
+        bool, Flag("Overwrite report.html when -o is not given.", names=("--force",))
     ] = False,
     baseline: Annotated[
-        list[Path] | None,
-        typer.Option("--baseline", help="A run to compare with (repeat for several files)."),
-    ] = None,
+        tuple[Path, ...],
+        Flag("A run to compare with (repeat for several files).", names=("--baseline",)),
+    ] = (),
     whatif: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--whatif",
-            metavar="SPEC",
-            help="A pacer spec to simulate over the run, e.g. leaky:interval=33ms (repeatable);"
+        tuple[str, ...],
+        Flag(
+            "A pacer spec to simulate over the run, e.g. leaky:interval=33ms (repeatable);"
             " the report gets a what-if table.",
+            names=("--whatif",),
+            metavar="SPEC",
         ),
-    ] = None,
+    ] = (),
     images: Annotated[
         Path | None,
-        typer.Option(
-            "--images", help="Also write every chart as PNG and SVG here (needs Chromium)."
-        ),
+        Flag("Also write every chart as PNG and SVG here (needs Chromium).", names=("--images",)),
     ] = None,
-    title: Annotated[str | None, typer.Option(help="The report's title.")] = None,
-    stall_threshold: StallThreshold = "400ms",
-    ttft_target: TtftTarget = "800ms",
-    qoe_expected_ttft: QoeExpectedTtft = "1s",
-    qoe_pace: QoePace = "100ms",
-    qoe_form: QoeForm = "exact",
-    fluidity_first_deadline: FluidityFirstDeadline = "100ms",
-    fluidity_deadline: FluidityDeadline = "50ms",
-    fluidity_form: FluidityForm = "documented",
+    title: Annotated[str | None, Flag("The report's title.")] = None,
+    metrics: MetricSettings,
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
     from steadystream.bench.verdict import load_files
+    from steadystream.cli._errors import exit_on_error
     from steadystream.cli._inputs import read_engine_beside
     from steadystream.report import build_report, write_report
 
@@ -85,16 +69,7 @@ def report(
                 f"{output} exists: name another file with -o FILE, or overwrite it with --force",
                 param_hint="--output",
             )
-    config = metric_config(
-        stall_threshold=stall_threshold,
-        ttft_target=ttft_target,
-        qoe_expected_ttft=qoe_expected_ttft,
-        qoe_pace=qoe_pace,
-        qoe_form=qoe_form,
-        fluidity_first_deadline=fluidity_first_deadline,
-        fluidity_deadline=fluidity_deadline,
-        fluidity_form=fluidity_form,
-    )
+    config = metrics.metric_config()
     with exit_on_error():
         timelines, file_of, notes = load_files(files)
         engine = read_engine_beside(files, None, [])
@@ -113,7 +88,7 @@ def report(
             whatif=comparison,
             title=title or f"Stream report: {', '.join(p.name for p in files)}",
             sources=[p.name for p in files],
-            baseline_sources=[p.name for p in baseline or []],
+            baseline_sources=[p.name for p in baseline],
             notes=notes + base_notes,
             engine=engine,
             files=file_of,

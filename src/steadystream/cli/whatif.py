@@ -7,8 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from steadystream._flags import Flag
+from steadystream._options import JsonOutput
+from steadystream._validation import Duration
 from steadystream.cli import app
-from steadystream.cli._options import StallThreshold, TtftTarget, duration_ns, exit_on_error
+from steadystream.cli._groups import Thresholds
+from steadystream.cli._models import model_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,51 +23,42 @@ _TIMELINE_SUFFIXES = (".jsonl.gz", ".jsonl", ".parquet")
 
 
 @app.command()
+@model_options
 def whatif(
+    *,
     files: Annotated[
-        list[Path], typer.Argument(help="Recorded runs (.jsonl, .jsonl.gz, .parquet).")
+        list[Path], Flag("Recorded runs (.jsonl, .jsonl.gz, .parquet).", argument=True)
     ],
     pacer: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--pacer",
-            "-p",
-            metavar="SPEC",
-            help="A pacer spec, e.g. leaky:interval=33ms,capacity=8 (repeat to compare; "
+        tuple[str, ...],
+        Flag(
+            "A pacer spec, e.g. leaky:interval=33ms,capacity=8 (repeat to compare; "
             "default: every pacer with its defaults).",
+            names=("--pacer", "-p"),
+            metavar="SPEC",
         ),
-    ] = None,
+    ] = (),
     max_added_ttft: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DURATION",
-            help="Only a pacer whose added TTFT p99 stays within this can be best.",
-        ),
+        Duration | None,
+        Flag("Only a pacer whose added TTFT p99 stays within this can be best.", text=True),
     ] = None,
-    stall_threshold: StallThreshold = "400ms",
-    ttft_target: TtftTarget = "800ms",
+    thresholds: Thresholds,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the paced timelines here (with several pacers, one file each: "
+        Flag(
+            "Write the paced timelines here (with several pacers, one file each: "
             "NAME.1-leaky.jsonl, NAME.2-adaptive.jsonl, ...).",
+            names=("--output", "-o"),
         ),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    json_output: JsonOutput,
 ) -> None:
     """Simulate pacers over every recorded stream: latency added, stutter removed, best pick."""
+    from steadystream.cli._errors import exit_on_error
     from steadystream.files import read_timelines, write_timelines
-    from steadystream.metrics import MetricConfig
     from steadystream.shaping import PACERS, parse_spec
     from steadystream.shaping.whatif import what_if
 
-    config = MetricConfig(
-        stall_threshold_ns=duration_ns(stall_threshold, "--stall-threshold", positive=True),
-        ttft_target_ns=duration_ns(ttft_target, "--ttft-target", positive=True),
-    )
-    limit = None if max_added_ttft is None else duration_ns(max_added_ttft, "--max-added-ttft")
     specs = pacer or [name for name in PACERS if name != "passthrough"]
     with exit_on_error():
         pacers = [parse_spec(spec) for spec in specs]
@@ -71,8 +66,8 @@ def whatif(
         result = what_if(
             timelines,
             pacers,
-            config=config,
-            max_added_ttft_ns=limit,
+            config=thresholds.metric_config(),
+            max_added_ttft_ns=max_added_ttft,
             keep_timelines=output is not None,
         )
         written = []
