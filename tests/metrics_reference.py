@@ -11,25 +11,32 @@ from itertools import pairwise
 
 import numpy as np
 
-from steadystream import Timeline
+from steadystream import EventKind, Timeline
 from steadystream.metrics import MetricConfig
 
 
 def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
-    ev = [
-        (int(t), int(n), int(b))
-        for t, n, b, keep in zip(tl.times, tl.tokens, tl.text_bytes, tl.text_mask, strict=True)
+    marked = [
+        (int(t), int(n), int(b), int(k) == EventKind.REASONING)
+        for t, n, b, k, keep in zip(
+            tl.times, tl.tokens, tl.text_bytes, tl.kinds, tl.text_mask, strict=True
+        )
         if keep
     ]
+    ev = [(t, n, b) for t, n, b, _ in marked]
+    # The answer (content, tool calls); reasoning is text too, but not the answer.
+    visible = [(t, n, b) for t, n, b, reasoning in marked if not reasoning]
+    thought = [t for t, _, _, reasoning in marked if reasoning]
     out: dict[str, float | None] = {}
     out["ttfb_s"] = None if tl.first_byte_ns is None else tl.first_byte_ns / 1e9
     out["output_tokens"] = float(sum(n for _, n, _ in ev))
     out["chunks"] = float(len(ev))
+    out["ttft_s"] = visible[0][0] / 1e9 if visible else None
+    out["ttfr_s"] = thought[0] / 1e9 if thought else None
     if not ev:
-        for k in ("ttft_s", "e2el_s", "tpot_s", "tokens_per_chunk", "qoe", "fluidity"):
+        for k in ("e2el_s", "tpot_s", "tokens_per_chunk"):
             out[k] = None
     else:
-        out["ttft_s"] = ev[0][0] / 1e9
         out["e2el_s"] = ev[-1][0] / 1e9
         n = out["output_tokens"]
         out["tpot_s"] = (ev[-1][0] - ev[0][0]) / (n - 1) / 1e9 if n >= 2 else None
@@ -83,18 +90,21 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
     wire = int(tl.wire_bytes.sum())
     text_bytes = sum(b for _, _, b in ev)
     out["envelope_overhead"] = wire / text_bytes if wire > 0 and text_bytes > 0 else None
-    out["head_burst"] = _head_burst(ev, cfg)
-    tokens = [t for t, n, _ in ev for _ in range(n)]
-    out["qoe"] = _qoe(tokens, cfg) if ev else None
-    out["fluidity"] = _fluidity(tokens, cfg) if ev else None
+    out["head_burst"] = _head_burst(ev, visible[0][0] if visible else None, cfg)
+    # The reader's tokens are the answer's: its first is the TTFT the models expect.
+    tokens = [t for t, n, _ in visible for _ in range(n)]
+    out["qoe"] = _qoe(tokens, cfg) if visible else None
+    out["fluidity"] = _fluidity(tokens, cfg) if visible else None
     return out
 
 
-def _head_burst(ev: list[tuple[int, int, int]], cfg: MetricConfig) -> float | None:
-    if not ev:
+def _head_burst(
+    ev: list[tuple[int, int, int]], ttft: int | None, cfg: MetricConfig
+) -> float | None:
+    if ttft is None:
         return None
-    end = ev[0][0] + cfg.head_window_ns
-    head = sum(n for t, n, _ in ev if t < end)
+    end = ttft + cfg.head_window_ns
+    head = sum(n for t, n, _ in ev if ttft <= t < end)
     tail = [(b[0] - a[0], b[1]) for a, b in pairwise(ev) if b[0] >= end]
     if not tail:
         return None

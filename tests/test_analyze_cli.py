@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
-from tests.support.timelines import paused_stream, steady_stream
+from tests.support.timelines import paused_stream, reasoning_timeline, steady_stream
 
 _register()
 runner = CliRunner()
@@ -42,6 +42,31 @@ def test_json_output(run_file: Path) -> None:
     assert data["fleet"]["p99_of_worst_gap_s"] == pytest.approx(1.9802)
     assert set(data["groups"]) == {"acme", "globex"}
     assert data["worst_streams"][0]["stream_id"] == "paused"
+
+
+def test_ttfr_is_shown_apart_only_where_a_stream_reasoned(run_file: Path, tmp_path: Path) -> None:
+    plain = runner.invoke(app, ["analyze", str(run_file)])
+    assert plain.exit_code == 0, plain.output
+    assert "TTFR" not in plain.output
+    assert "reasoned" not in plain.output
+    plain_json = orjson.loads(runner.invoke(app, ["analyze", str(run_file), "--json"]).output)
+    assert plain_json["fleet"]["reasoning_streams"] == 0
+    assert plain_json["fleet"]["ttfr_p50_s"] is None
+
+    thinking = tmp_path / "thinking.jsonl"
+    reasoned = reasoning_timeline([300, 320, 340], [2000, 2020, 2040], stream_id="thinker")
+    write_jsonl(thinking, [reasoned, steady_stream()])
+    table = runner.invoke(app, ["analyze", str(thinking)])
+    assert table.exit_code == 0, table.output
+    assert "TTFR p50" in table.output
+    assert "streams that reasoned" in table.output
+    data = orjson.loads(runner.invoke(app, ["analyze", str(thinking), "--json"]).output)
+    fleet = data["fleet"]
+    assert fleet["reasoning_streams"] == 1
+    assert fleet["ttfr_p50_s"] == fleet["ttfr_p99_s"] == pytest.approx(0.300)
+    assert fleet["ttft_p50_s"] == pytest.approx((0.200 + 2.000) / 2)  # the answers' first tokens
+    (worst,) = [s for s in data["worst_streams"] if s["stream_id"] == "thinker"]
+    assert (worst["ttft_s"], worst["ttfr_s"]) == (pytest.approx(2.0), pytest.approx(0.3))
 
 
 def test_stall_threshold_option_changes_the_verdict(run_file: Path) -> None:

@@ -8,7 +8,13 @@ import pytest
 from steadystream import EventKind, Outcome, Timeline
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_metrics, stream_table
 from tests.metrics_reference import reference
-from tests.support.timelines import MS, make_timeline, paused_stream, steady_stream
+from tests.support.timelines import (
+    MS,
+    make_timeline,
+    paused_stream,
+    reasoning_timeline,
+    steady_stream,
+)
 
 # A reader who keeps up with this stream: expects the first token when it comes and reads
 # 50 tokens/s; deadlines at the same cadence.
@@ -179,6 +185,74 @@ class TestShapes:
         m = stream_metrics(Timeline.from_events(events, stream_id="k"))
         assert m.gaps == 1
         assert m.max_gap_s == pytest.approx(0.100)
+
+
+class TestReasoning:
+    """TTFT is the answer's first token; the reasoning before it has its own, TTFR."""
+
+    def test_reasoning_then_content(self) -> None:
+        tl = reasoning_timeline([300, 320, 340], [2000, 2020, 2040])
+        m = stream_metrics(tl)
+        assert m.ttfr_s == pytest.approx(0.300)
+        assert m.ttft_s == pytest.approx(2.000)
+        # Gaps run over both, as a reader who is shown the reasoning sees them.
+        assert m.gaps == 5
+        assert m.max_gap_s == pytest.approx(1.660)
+        assert m.stall_count == 1
+        assert m.e2el_s == pytest.approx(2.040)
+        assert m.tpot_s == pytest.approx((2.040 - 0.300) / 5)  # decode pace from the first
+
+    def test_a_stream_without_reasoning_has_no_ttfr(self) -> None:
+        m = stream_metrics(make_timeline([150, 170]))
+        assert m.ttft_s == pytest.approx(0.150)
+        assert m.ttfr_s is None
+
+    def test_a_stream_that_only_reasons_then_errors_has_no_ttft(self) -> None:
+        tl = reasoning_timeline([250, 270, 290], outcome=Outcome.ERROR)
+        m = stream_metrics(tl)
+        assert m.ttfr_s == pytest.approx(0.250)
+        for name in ("ttft_s", "qoe", "fluidity", "head_burst"):
+            assert getattr(m, name) is None, name
+        assert m.output_tokens == 3
+        assert m.max_gap_s == pytest.approx(0.020)
+        assert fleet_metrics([tl]).goodput == 0.0
+
+    def test_goodput_and_experience_models_wait_for_the_answer(self) -> None:
+        cfg = MetricConfig(ttft_target_ns=800 * MS)
+        quick = reasoning_timeline([100], [120, 140, 160], stream_id="quick")
+        slow = reasoning_timeline([100 + 20 * i for i in range(60)], [1300, 1320], stream_id="slow")
+        assert fleet_metrics([quick, slow], cfg).goodput == 0.5  # slow: TTFT 1.3 s
+        answer_only = make_timeline([1300, 1320], role_ms=0)
+        for name in ("qoe", "fluidity"):
+            assert getattr(stream_metrics(slow), name) == pytest.approx(
+                getattr(stream_metrics(answer_only), name)
+            ), name
+
+    def test_head_burst_opens_at_the_answer(self) -> None:
+        thinking = [20.0 * i for i in range(1, 50)]  # a steady 20 ms, up to 980 ms
+        answer = [1000.0] * 30 + [1000 + 40 * i for i in range(1, 60)]
+        m = stream_metrics(reasoning_timeline(thinking, answer))
+        assert m.ttft_s == pytest.approx(1.0)
+        assert m.head_burst == pytest.approx(34 / 5)  # as for the same answer alone
+
+    def test_fleet_ttfr_over_the_streams_that_reasoned(self) -> None:
+        runs = [
+            reasoning_timeline([100 * (i + 1)], [1000 + 100 * i], stream_id=f"r{i}")
+            for i in range(5)
+        ] + [make_timeline([50 + i], stream_id=f"c{i}") for i in range(5)]
+        fleet = fleet_metrics(runs)
+        assert fleet.reasoning_streams == 5
+        assert fleet.ttfr_p50_s == pytest.approx(0.300)
+        assert fleet.ttfr_p99_s == pytest.approx(
+            float(np.percentile([0.1, 0.2, 0.3, 0.4, 0.5], 99))
+        )
+        assert fleet.ttft_p50_s == pytest.approx(
+            float(np.median([*range(50, 55), *range(1000, 1500, 100)])) / 1e3
+        )
+        plain = fleet_metrics(runs[5:])
+        assert plain.reasoning_streams == 0
+        assert plain.ttfr_p50_s is None
+        assert plain.ttfr_p99_s is None
 
 
 class TestFleet:

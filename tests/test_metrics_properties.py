@@ -16,8 +16,9 @@ from tests.metrics_reference import reference
 MS = 1_000_000
 
 kinds = st.sampled_from(
-    [EventKind.CONTENT] * 6
-    + [EventKind.ROLE, EventKind.USAGE, EventKind.REASONING, EventKind.KEEPALIVE]
+    [EventKind.CONTENT] * 5
+    + [EventKind.REASONING] * 2
+    + [EventKind.TOOL_CALL, EventKind.ROLE, EventKind.USAGE, EventKind.KEEPALIVE]
 )
 
 

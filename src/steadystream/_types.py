@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 __all__ = [
     "TEXT_KINDS",
+    "VISIBLE_KINDS",
     "Event",
     "EventKind",
     "Int64Array",
@@ -65,7 +66,10 @@ _KIND_CODES = {
 _CODE_KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 
 TEXT_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
-"""Kinds whose events count as tokens the user sees: TTFT and gaps are taken on these."""
+"""Kinds whose events count as tokens the user sees: gaps are taken on these."""
+
+VISIBLE_KINDS = frozenset({EventKind.CONTENT, EventKind.TOOL_CALL})
+"""Text kinds of the answer itself: TTFT is the first of these (reasoning has its own, TTFR)."""
 
 
 class Outcome(enum.StrEnum):

@@ -124,7 +124,8 @@ def find(
             Finding(
                 "head-burst",
                 f"{bursty} streams deliver over {HEAD_BURST_FLAG:g}x their steady rate in the first"
-                f" {format_duration(config.head_window_ns)} after the first token, then slow down.",
+                f" {format_duration(config.head_window_ns)} after the first visible token, then"
+                " slow down.",
                 bursty,
             )
         )
@@ -212,7 +213,8 @@ def _first_byte_delay(
     rank: npt.NDArray[np.int64],
     buffered: npt.NDArray[np.bool_],
 ) -> tuple[float, int] | None:
-    """Median TTFB of buffered streams minus the TTFT of their edge nearest the engine.
+    """Median TTFB of buffered streams minus the first text event (reasoning or answer) of
+    their edge nearest the engine: when a buffer first had something to let through.
 
     Each edge counts from its own request instant (sent or received), a transit apart, which
     is small next to what a buffer holds back.
@@ -224,7 +226,8 @@ def _first_byte_delay(
     inner[group[order][first_of_group]] = order[first_of_group]
     nearest = inner[group]
     paired = buffered & (rank[nearest] < rank)
-    delays = table.column("ttfb_s")[paired] - table.column("ttft_s")[nearest[paired]]
+    first_text = np.fmin(table.column("ttft_s"), table.column("ttfr_s"))
+    delays = table.column("ttfb_s")[paired] - first_text[nearest[paired]]
     delays = delays[~np.isnan(delays)]
     if not len(delays):
         return None

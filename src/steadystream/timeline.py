@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from steadystream._types import (
     TEXT_KINDS,
+    VISIBLE_KINDS,
     Event,
     EventKind,
     Int64Array,
@@ -43,6 +44,7 @@ SCHEMA = "steadystream.timeline/1"
 
 _TEXT_KIND_VALUES = np.array(sorted(int(k) for k in TEXT_KINDS), dtype=np.uint8)
 _IS_TEXT_KIND = np.isin(np.arange(256), _TEXT_KIND_VALUES)  # by kind value: one lookup
+_IS_VISIBLE_KIND = np.isin(np.arange(256), [int(k) for k in VISIBLE_KINDS])
 
 
 @dataclass(slots=True, eq=False)
@@ -191,6 +193,15 @@ class Timeline:
         counts (docs/format.md#token-counts): the user saw it, so it is a text event.
         """
         return is_text_event(self.kinds, self.tokens, self.text_bytes)
+
+    @property
+    def visible_mask(self) -> npt.NDArray[np.bool_]:
+        """The text events of the answer itself (content, tool call): reasoning is not one.
+
+        TTFT is taken on the first of these (docs/metrics.md#latency).
+        """
+        visible: npt.NDArray[np.bool_] = _IS_VISIBLE_KIND[self.kinds.astype(np.uint8, copy=False)]
+        return self.text_mask & visible
 
     @property
     def total_tokens(self) -> int:

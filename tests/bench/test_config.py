@@ -78,7 +78,11 @@ def test_text_is_read_as_on_the_command_line() -> None:
         ({"warmup": -1}, "--warmup: "),
         ({"grace": "soon"}, "--grace: cannot read 'soon' as a duration"),
         ({"timeout": "0s"}, "--timeout: Input should be greater than 0"),
-        ({"endpoint": "embeddings"}, "--endpoint: got 'embeddings' (accepted: 'chat' or"),
+        (
+            {"endpoint": "embeddings"},
+            "--endpoint: got 'embeddings' (accepted: 'chat', 'completions', 'responses' or"
+            " 'messages')",
+        ),
         ({"usage": "some"}, "--usage: got 'some'"),
         ({"lab_truth": "maybe"}, "--lab-truth: got 'maybe'"),
         ({"concurency": 3}, "--concurency: unknown key (accepted: url, model, output"),

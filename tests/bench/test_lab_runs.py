@@ -86,13 +86,16 @@ async def ground_truth(url: str, request_ids: list[str]) -> list[dict[str, Any]]
 
 @pytest.mark.serial  # gaps to 5 ms of the lab's: run alone (make test)
 @pytest.mark.asyncio
-async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(lab_process: LabProcess) -> None:
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+async def test_gaps_and_ttft_agree_with_the_labs_ground_truth(
+    lab_process: LabProcess, api: str
+) -> None:
     # Nearly regular arrivals (gamma shape 50), 125 ms apart: requests that reach the lab
     # together queue in its HTTP layer before its engine sees them, and the lab counts TTFT
     # from the engine's arrival, so a burst would widen the TTFT difference on the lab's side.
     arrivals = OpenLoop(rate=8.0, burstiness=50.0, seed=1)
     result = await small_run(
-        lab_process.base_url, requests=8, max_tokens=40, warmup=1, schedule=arrivals
+        lab_process.base_url, requests=8, max_tokens=40, warmup=1, schedule=arrivals, api=api
     )
     timelines = result.timelines
     assert [t.outcome for t in timelines] == [Outcome.COMPLETE] * 8

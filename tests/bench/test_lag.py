@@ -10,7 +10,7 @@ from steadystream import FakeClock, Outcome
 from steadystream.bench.health import client_health, token_notes
 from steadystream.bench.lag import LoopLagSampler, lag_stats
 from steadystream.bench.progress import RunProgress
-from tests.support.timelines import make_timeline
+from tests.support.timelines import make_timeline, reasoning_timeline
 
 MS = 1_000_000
 
@@ -129,3 +129,14 @@ def test_progress_keeps_the_running_headline_numbers() -> None:
     assert snap.goodput == pytest.approx(1 / 3)  # the frozen and the failed ones are not good
     assert snap.p99_of_worst_gap_s == pytest.approx(0.780, abs=0.02)
     assert snap.first_error == "c: HTTP 500"
+
+
+def test_progress_takes_ttft_on_the_answer_as_the_fleet_does() -> None:
+    progress = RunProgress(FakeClock())
+    progress.started()
+    thinker = reasoning_timeline([100, 120], [1000, 1020])  # TTFT 1 s, above the 800 ms target
+    progress.request_sent()
+    progress.request_done(thinker)
+    snap = progress.snapshot()
+    assert snap.ttft_p95_s == pytest.approx(1.0)
+    assert snap.goodput == 0.0

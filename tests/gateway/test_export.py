@@ -10,7 +10,7 @@ from steadystream import Where
 from steadystream._histogram import FastHistogram
 from steadystream.gateway.export import GAP_BUCKETS, GatewayMetrics, added_latency_s
 from steadystream.metrics import stream_metrics
-from tests.support.timelines import make_timeline
+from tests.support.timelines import make_timeline, reasoning_timeline
 
 
 def samples(metrics: GatewayMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -70,6 +70,32 @@ def test_one_stream_observed_at_both_edges() -> None:
     assert value("steadystream_added_latency_seconds_sum") == pytest.approx(0.004)
     assert value("steadystream_added_latency_seconds_bucket", le="0.001") == 5
     assert value("steadystream_added_latency_seconds_bucket", le="0.0005") == 1
+
+
+def test_ttft_is_the_first_visible_token_and_ttfr_the_first_reasoning_token() -> None:
+    metrics = GatewayMetrics(CollectorRegistry())
+    thinking = ("m", "chat", "t", "lab")
+    up = reasoning_timeline([300, 320], [900, 920], where=Where.GATEWAY_UPSTREAM)
+    down = reasoning_timeline([301, 321], [901, 921], where=Where.GATEWAY_DOWNSTREAM)
+    metrics.observe_stream(thinking, (up, down), duration_s=1.0)
+    plain = ("m", "chat", "u", "lab")  # a stream that did not reason: no TTFR observed
+    metrics.observe_stream(plain, (make_timeline([100, 120]),), duration_s=0.2)
+    got = samples(metrics)
+
+    def value(name: str, labels: tuple[str, ...], **extra: str) -> float | None:
+        keys = dict(zip(("model", "route", "tenant", "upstream"), labels, strict=True))
+        return got.get((name, frozenset({**keys, **extra}.items())))
+
+    for edge, ttfr, ttft in (("upstream", 0.300, 0.900), ("downstream", 0.301, 0.901)):
+        assert value("steadystream_ttfr_seconds_count", thinking, edge=edge) == 1
+        assert value("steadystream_ttfr_seconds_sum", thinking, edge=edge) == pytest.approx(ttfr)
+        assert value("steadystream_ttft_seconds_sum", thinking, edge=edge) == pytest.approx(ttft)
+        # the same buckets as TTFT's: 0.3 s is in the 0.4 s bucket, 0.9 s is not
+        bucket = value("steadystream_ttfr_seconds_bucket", thinking, edge=edge, le="0.4")
+        assert bucket == 1
+        assert value("steadystream_ttft_seconds_bucket", thinking, edge=edge, le="0.4") == 0
+    assert value("steadystream_ttft_seconds_count", plain, edge="upstream") == 1
+    assert value("steadystream_ttfr_seconds_count", plain, edge="upstream") is None
 
 
 def test_streams_observed_in_one_batch_read_as_if_observed_one_by_one() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
 import openai
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,16 +16,20 @@ from steadystream import Outcome, Where
 from steadystream.files import read_timelines
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.lab import LabServer
-from steadystream.metrics import stream_table
+from steadystream.metrics import stream_metrics, stream_table
 from tests.support.gateway import (
     MESSAGES,
+    MemorySink,
     answer,
+    chat_body,
     finished_truth,
     gateway_config,
     get,
+    post,
     upstream,
     wait_for,
 )
+from tests.support.scripted import ScriptedServer
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +112,49 @@ def test_metrics_are_consistent_with_the_recordings(tmp_path: Path) -> None:
     assert metrics["steadystream_failovers_total:continue"] == 2
     assert metrics["steadystream_stalls_total:inter-token"] == 1
     assert metrics["steadystream_errors_total:in_band"] == 1
+
+
+def _chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "lab"}
+    return b"data: " + orjson.dumps({**chunk, "choices": [choice]}) + b"\n\n"
+
+
+def _reasons_then_answers(peer: socket.socket) -> None:
+    peer.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+    peer.sendall(_chunk({"role": "assistant"}))
+    for word in ("let ", "me ", "think "):
+        time.sleep(0.02)
+        peer.sendall(_chunk({"reasoning_content": word}))
+    time.sleep(0.15)  # the answer comes well after the reasoning began
+    for word in ("a ", "b "):
+        peer.sendall(_chunk({"content": word}))
+    peer.sendall(_chunk({}, "stop") + b"data: [DONE]\n\n")
+
+
+def test_ttfr_is_observed_apart_from_ttft_for_a_reasoning_stream(sink: MemorySink) -> None:
+    scripted = ScriptedServer(_reasons_then_answers)
+    thinker = {"name": "thinker", "base_url": f"http://127.0.0.1:{scripted.port}/v1"}
+    config = gateway_config(thinker)
+    try:
+        with GatewayServer(config, recorder=sink) as gateway:
+            streamed = post(gateway.base_url, "/chat/completions", chat_body(), timeout=10)
+            metrics = wait_for(
+                lambda: _with_streams(scrape(gateway.url), 1), what="the stream observed"
+            )
+    finally:
+        scripted.close()
+    assert streamed.status == 200
+    assert streamed.text == "let me think a b "
+    edges = sink.edges(streamed.headers["x-request-id"])
+    for edge, timeline in zip(("upstream", "downstream"), edges, strict=True):
+        recorded = stream_metrics(timeline)
+        assert recorded.ttfr_s is not None
+        assert recorded.ttft_s is not None
+        assert recorded.ttft_s - recorded.ttfr_s > 0.15
+        assert metrics[f"steadystream_ttfr_seconds_count:{edge}"] == 1
+        assert metrics[f"steadystream_ttfr_seconds_sum:{edge}"] == pytest.approx(recorded.ttfr_s)
+        assert metrics[f"steadystream_ttft_seconds_sum:{edge}"] == pytest.approx(recorded.ttft_s)
 
 
 def test_the_openai_sdk_works_unchanged() -> None:

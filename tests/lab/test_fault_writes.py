@@ -3,21 +3,17 @@ simulated time: the lab's response is run against a fake ASGI connection on a Fa
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
 
-from steadystream import FakeClock
-from steadystream.lab import FaultSpec, LabEngine, LabRequest, parse_fault_header
-from steadystream.lab.responses import LabResponse
-from steadystream.lab.truth import RequestTruth
+from steadystream.lab import FaultSpec, parse_fault_header
 from steadystream.lab.wire import SseFormat
 from tests.support.lab import MS, scenario
+from tests.support.lab_wire import S, Written
+from tests.support.lab_wire import respond as respond_with
 
-S = 1_000 * MS
 STEP_NS = round((10.0 + 0.02) * MS)
 QUICK = scenario(
     "steady",
@@ -25,26 +21,6 @@ QUICK = scenario(
     output={"min_tokens": 30, "max_tokens": 30},
 )
 KEY = "Bearer sk-lab-echo-0123456789"
-
-
-@dataclass
-class Written:
-    """What the lab sent on one fake connection, each body stamped with the fake clock."""
-
-    truth: RequestTruth
-    status: int = 0
-    bodies: list[tuple[int, bytes]] = field(default_factory=list)
-    closed_at: int | None = None
-
-    @property
-    def raw(self) -> bytes:
-        return b"".join(body for _, body in self.bodies)
-
-    def events(self) -> list[bytes]:
-        return [block for block in self.raw.split(b"\n\n") if block]
-
-    def written_at(self, needle: bytes) -> int:
-        return next(at for at, body in self.bodies if needle in body)
 
 
 async def respond(
@@ -56,51 +32,24 @@ async def respond(
     leave_at_ns: int | None = None,
 ) -> Written:
     """One chat request with ``X-Lab-Fault: faults``, written on a fake connection."""
-    clock = FakeClock()
-    engine = LabEngine(QUICK, clock=clock)
-    await engine.start()
-    handle = engine.submit(
-        LabRequest("w-1", max_tokens=12, faults=parse_fault_header(faults), stream=stream)
-    )
-    wire = SseFormat(
-        chat=True, completion_id="chatcmpl-w-1", model="lab", created=0, include_usage=include_usage
-    )
-    response = LabResponse(
-        handle,
+
+    def wire(_: object) -> SseFormat:
+        return SseFormat(
+            chat=True,
+            completion_id="chatcmpl-w-1",
+            model="lab",
+            created=0,
+            include_usage=include_usage,
+        )
+
+    return await respond_with(
+        QUICK,
         wire,
+        faults,
         stream=stream,
-        request_id="w-1",
-        metrics=None,
-        resetter=None,
         authorization=authorization,
+        leave_at_ns=leave_at_ns,
     )
-    written = Written(handle.truth)
-    left = asyncio.Event()
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            written.status = message["status"]
-        elif message["body"]:
-            written.bodies.append((clock.now_ns(), message["body"]))
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            written.closed_at = clock.now_ns()
-
-    async def receive() -> dict[str, Any]:
-        await left.wait()
-        return {"type": "http.disconnect"}
-
-    async def leave(at_ns: int) -> None:
-        await clock.sleep_until(at_ns)
-        left.set()
-
-    leaver = asyncio.ensure_future(leave(leave_at_ns)) if leave_at_ns is not None else None
-    task = asyncio.ensure_future(response({"type": "http"}, receive, send))
-    await clock.run_until_idle(limit_ns=600 * S)
-    await asyncio.wait_for(task, timeout=5)
-    if leaver is not None:
-        leaver.cancel()
-    await engine.stop()
-    return written
 
 
 def _data(event: bytes) -> Any:

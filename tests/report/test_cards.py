@@ -9,6 +9,7 @@ import pytest
 from steadystream.metrics import FLEET_CATALOGUE, FleetMetrics, fleet_metrics
 from steadystream.report.cards import Card, headline_cards
 from tests.support.report import steady
+from tests.support.timelines import reasoning_timeline
 
 CARD_KEYS = [
     "ttft_p50_s",
@@ -40,6 +41,22 @@ def test_cards_carry_the_fleet_numbers(fleet: FleetMetrics) -> None:
     worst = cards[CARD_KEYS.index("p99_of_worst_gap_s")]
     assert worst.shown == "873.6ms"  # p99 across 4 streams of (900, 20, 20, 20) ms
     assert cards[CARD_KEYS.index("goodput")].shown == "75.0%"
+
+
+def test_ttfr_cards_follow_ttft_only_where_streams_reasoned(fleet: FleetMetrics) -> None:
+    assert "ttfr_p50_s" not in {c.key for c in headline_cards(fleet)}
+    runs = [
+        reasoning_timeline([300 + i], [1200 + i, 1220 + i], stream_id=f"r{i}") for i in range(3)
+    ]
+    reasoned = fleet_metrics(runs)
+    keys = [c.key for c in headline_cards(reasoned)]
+    assert keys[:4] == ["ttft_p50_s", "ttft_p95_s", "ttfr_p50_s", "ttfr_p99_s"]
+    cards = {c.key: c for c in headline_cards(reasoned)}
+    assert cards["ttfr_p50_s"].shown == "301.0ms"
+    assert cards["ttft_p50_s"].shown == "1.20s"
+    assert cards["ttfr_p50_s"].chart == "ttft"
+    # A baseline that reasoned keeps the cards, to show that the reasoning went away.
+    assert "ttfr_p99_s" in {c.key for c in headline_cards(fleet, reasoned)}
 
 
 def test_change_is_judged_by_direction(fleet: FleetMetrics) -> None:

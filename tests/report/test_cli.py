@@ -61,7 +61,8 @@ def test_bad_pacer_spec_is_a_clean_error(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_a_clean_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["report", str(tmp_path / "absent.jsonl")])
+    out = str(tmp_path / "report.html")  # (not ./report.html: whatever the directory holds)
+    result = runner.invoke(app, ["report", str(tmp_path / "absent.jsonl"), "-o", out])
     assert result.exit_code == 2
     assert "cannot read" in result.output
 

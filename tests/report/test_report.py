@@ -17,7 +17,7 @@ from steadystream.report import CHART_IDS, Report, build_report, render_html
 from steadystream.report.cards import Card
 from steadystream.shaping import parse_spec, what_if
 from tests.support.report import ROOT, steady
-from tests.support.timelines import make_timeline
+from tests.support.timelines import make_timeline, reasoning_timeline
 
 PLOTLY_JS = get_plotlyjs()
 SIZE_BOUND = 10_000_000  # bytes: a report of any run stays this small to open
@@ -134,6 +134,24 @@ def test_one_stream(tmp_path: Path) -> None:
     assert cards["p99_of_worst_gap_s"] == "700.0ms"
     page = render_html(report)
     assert all(f'id="plot-{chart_id}"' in page for chart_id in CHART_IDS)
+
+
+def test_ttfr_is_shown_apart_from_ttft_where_streams_reasoned(report: Report) -> None:
+    assert "reasoned" not in report.chart("ttft").subtitle
+    assert "ttfr_p50_s" not in {card.key for card in report.cards}
+    runs = [
+        reasoning_timeline([250.0], [1500.0 + 20 * j for j in range(5)], stream_id="thinker"),
+        steady("plain", [20.0] * 5),
+    ]
+    reasoned = build_report(runs)
+    cards = {card.key: card.shown for card in reasoned.cards}
+    assert cards["ttfr_p50_s"] == "250.0ms"
+    assert cards["ttft_p50_s"] == "800.0ms"  # the answers' first tokens: 100 ms and 1.5 s
+    subtitle = reasoned.chart("ttft").subtitle
+    assert "1 of 2 streams reasoned" in subtitle
+    assert "p50 250.0ms" in subtitle
+    page = render_html(reasoned)
+    assert 'id="card-ttfr_p50_s" href="#ttft"' in page
 
 
 def test_streams_without_gaps(tmp_path: Path) -> None:

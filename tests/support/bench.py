@@ -54,9 +54,11 @@ async def small_run(
     warmup: int = 0,
     headers: tuple[tuple[str, str], ...] = (),
     schedule: Schedule | None = None,
+    api: str = "chat",
 ) -> RunResult:
-    """A short run of the built-in prompts (closed loop unless a schedule is given)."""
-    endpoint = Endpoint(base_url, "lab", headers=headers)
+    """A short run of the built-in prompts (closed loop unless a schedule is given), through
+    ``api`` (chat, completions, responses, messages)."""
+    endpoint = Endpoint(base_url, "lab", kind=api, headers=headers)
     workload = Workload(builtin_prompts(), max_tokens=max_tokens)
     writer = JsonlWriter(output) if output is not None else None
     try:

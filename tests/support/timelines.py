@@ -39,6 +39,29 @@ def make_timeline(
     )
 
 
+def reasoning_timeline(
+    reasoning_ms: Sequence[float],
+    content_ms: Sequence[float] = (),
+    *,
+    stream_id: str = "r",
+    outcome: Outcome = Outcome.COMPLETE,
+    labels: dict[str, str] | None = None,
+    where: Where = Where.CLIENT,
+) -> Timeline:
+    """A stream that reasons (one token at each of ``reasoning_ms``), then answers (one token
+    at each of ``content_ms``), after a role chunk at 0; an error event ends it on ERROR."""
+    events = [Event(0, "", 0, EventKind.ROLE)]
+    events += [Event(round(t * MS), "hm ", 1, EventKind.REASONING) for t in reasoning_ms]
+    events += [Event(round(t * MS), "w ", 1, EventKind.CONTENT) for t in content_ms]
+    if outcome is Outcome.ERROR:
+        last = max([*reasoning_ms, *content_ms, 0.0])
+        events.append(Event(round((last + 1) * MS), "", 0, EventKind.ERROR))
+    events.sort(key=lambda e: e.time_ns)
+    return Timeline.from_events(
+        events, stream_id=stream_id, where=where, outcome=outcome, labels=labels or {}
+    )
+
+
 TTFT_MS = 200.0
 
 

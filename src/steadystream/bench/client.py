@@ -43,7 +43,8 @@ from steadystream.bench.cancel import CancelPoint
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
 from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
-from steadystream.protocol import SseEvent, SseItem, StreamRecorder, is_done, parse_chunk
+from steadystream.protocol import Dialect, SseItem, StreamRecorder
+from steadystream.protocol.apis import new_dialect
 from steadystream.stamped import (
     ResponseHead,
     StampedConnection,
@@ -151,6 +152,7 @@ class StreamClient:
             refused = (
                 timeline.meta.get("http_status") in _REJECTS_OPTIONS
                 and self.endpoint.usage == "auto"
+                and self.endpoint.steps_down
                 and level > 0
                 and len(timeline) == 0
             )
@@ -267,6 +269,7 @@ class _State:
         "chunks",
         "client",
         "clock_step_ns",
+        "counter",
         "end_ns",
         "last_stamp",
         "late_stamps",
@@ -299,6 +302,7 @@ class _State:
         self.status: int | None = None
         self.reads = 0
         self.chunks = 0  # content chunks seen, counted only for --cancel-after Ntok
+        self.counter: Dialect | None = None  # what counts them
         self.timeline: Timeline | None = None
         self.end_ns: int | None = None  # the stamp of the body's last read
         self.clock_step_ns = 0
@@ -321,6 +325,7 @@ class _State:
                 started_at=self.started_at,
                 sent_ns=self.sent_ns,
                 max_tokens=self.max_tokens,
+                dialect=new_dialect(client.endpoint.kind),
             )
         return self.recorder
 
@@ -351,14 +356,16 @@ class _State:
 
     def count_tokens(self, items: Sequence[SseItem]) -> bool:
         """Count content chunks among ``items``; True once the cancel point is reached."""
+        if self.counter is None:  # (a dialect of its own: the recorder's keeps its state)
+            self.counter = new_dialect(self.client.endpoint.kind)
+        decode = self.counter.decode
         for item in items:
-            if isinstance(item, SseEvent) and item.event == "message" and not is_done(item.data):
-                try:
-                    chunk = parse_chunk(item.data)
-                except ProtocolError:
-                    continue
-                if chunk.kind.carries_text and chunk.text:
-                    self.chunks += 1
+            try:
+                decoded = decode(item)
+            except ProtocolError:
+                continue
+            if decoded.kind is not None and decoded.kind.carries_text and decoded.text:
+                self.chunks += 1
         limit = self.cancel.after_tokens if self.cancel is not None else None
         return limit is not None and self.chunks >= limit
 

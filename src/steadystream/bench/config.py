@@ -165,9 +165,14 @@ class BenchConfig(BaseModel):
         AfterValidator(_output),
         Flag("Timeline file (default: bench-DATE-TIME.jsonl).", OUTPUT, ("--output", "-o")),
     ] = None
-    endpoint: Annotated[Literal["chat", "completions"], Flag("chat or completions.", REQUESTS)] = (
-        "chat"
-    )
+    endpoint: Annotated[
+        Literal["chat", "completions", "responses", "messages"],
+        Flag(
+            "The API: chat (completions), completions, responses (OpenAI Responses) or"
+            " messages (Anthropic Messages).",
+            REQUESTS,
+        ),
+    ] = "chat"
     api_key_env: Annotated[
         str | None, Flag("Environment variable holding the API key.", REQUESTS, metavar="NAME")
     ] = None

@@ -14,6 +14,12 @@ Usage reporting (``stream_options``), from most to least informative:
 
 ``auto`` starts at ``continuous`` and steps down when a server rejects the request with 400
 or 422, so any OpenAI-compatible server can be benched without knowing what it supports.
+
+The OpenAI Responses API (``responses``) and Anthropic's Messages API (``messages``) always
+give usage, at the end (Responses) or in ``message_delta`` (Messages): nothing is asked for,
+and nothing steps down. Messages requires ``max_tokens``: a request without one asks for
+:data:`MESSAGES_MAX_TOKENS`, and the key goes in ``x-api-key`` with the ``anthropic-version``
+the API wants.
 """
 
 from __future__ import annotations
@@ -29,11 +35,30 @@ from yarl import URL
 from steadystream._exceptions import SpecError
 from steadystream.bench.workload import RequestSpec
 
-__all__ = ["USAGE_LEVELS", "Endpoint", "headers_from", "parse_header", "redact"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "MESSAGES_MAX_TOKENS",
+    "USAGE_LEVELS",
+    "Endpoint",
+    "headers_from",
+    "parse_header",
+    "redact",
+]
 
 USAGE_LEVELS = ("off", "on", "continuous")  # index = how much usage is asked for
 _USAGE_MODES = ("auto", *USAGE_LEVELS)
-_ENDPOINTS = {"chat": "chat/completions", "completions": "completions"}
+_ENDPOINTS = {
+    "chat": "chat/completions",
+    "completions": "completions",
+    "responses": "responses",
+    "messages": "messages",
+}
+_ALWAYS_USAGE = ("responses", "messages")  # APIs that give usage unasked
+_LIMIT_FIELDS = {"responses": "max_output_tokens", "messages": "max_tokens"}
+MESSAGES_MAX_TOKENS = 4096
+"""What a Messages request asks for when the workload sets no max_tokens (the API needs one)."""
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` header Messages requests carry (``--header`` may set another)."""
 _SECRET_HEADER = re.compile(
     r"authorization|api[-_]?key|token|secret|passw(or)?d|cookie|credential|signature",
     re.IGNORECASE,
@@ -63,7 +88,7 @@ class Endpoint:
 
     base_url: str
     model: str
-    kind: str = "chat"  # "chat" or "completions"
+    kind: str = "chat"  # the API: chat, completions, responses or messages
     api_key: str | None = field(default=None, repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     usage: str = "auto"
@@ -75,7 +100,8 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         if self.kind not in _ENDPOINTS:
-            raise SpecError(f"--endpoint must be chat or completions, got {self.kind!r}")
+            known = ", ".join(_ENDPOINTS)
+            raise SpecError(f"--endpoint must be one of {known}, got {self.kind!r}")
         if self.usage not in _USAGE_MODES:
             raise SpecError(f"--usage must be one of {', '.join(_USAGE_MODES)}, got {self.usage!r}")
         if not self.model:
@@ -104,7 +130,8 @@ class Endpoint:
 
     @property
     def path(self) -> str:
-        """What is added to the API base: ``chat/completions`` or ``completions``."""
+        """What is added to the API base: ``chat/completions``, ``completions``,
+        ``responses`` or ``messages``."""
         return _ENDPOINTS[self.kind]
 
     @property
@@ -114,7 +141,14 @@ class Endpoint:
 
     @property
     def first_usage_level(self) -> int:
+        if self.kind in _ALWAYS_USAGE:
+            return USAGE_LEVELS.index("on")  # given unasked: nothing to step down from
         return len(USAGE_LEVELS) - 1 if self.usage == "auto" else USAGE_LEVELS.index(self.usage)
+
+    @property
+    def steps_down(self) -> bool:
+        """Whether a refused request is tried again asking for less usage."""
+        return self.kind not in _ALWAYS_USAGE
 
     def max_tokens(self, spec: RequestSpec) -> int | None:
         """The token limit the request's body sets (``--extra-body`` has the last word).
@@ -122,7 +156,9 @@ class Endpoint:
         A stream that stops for length without reporting usage made exactly this many.
         """
         limit: object = spec.max_tokens
-        for name in ("max_tokens", "max_completion_tokens"):
+        if limit is None and self.kind == "messages":
+            limit = MESSAGES_MAX_TOKENS
+        for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
             if name in self.extra_body:
                 limit = self.extra_body[name]
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -132,6 +168,8 @@ class Endpoint:
     def body(self, spec: RequestSpec, usage_level: int) -> bytes:
         """The JSON body of one streamed request."""
         payload: dict[str, Any] = {"model": self.model, "stream": True}
+        if self.kind in _LIMIT_FIELDS:
+            return self._typed_body(payload, spec)
         if self.kind == "chat":
             payload["messages"] = list(spec.messages)
         else:
@@ -148,12 +186,36 @@ class Endpoint:
         payload.update(self.extra_body)
         return orjson.dumps(payload)
 
+    def _typed_body(self, payload: dict[str, Any], spec: RequestSpec) -> bytes:
+        """A Responses or Messages body: the conversation, its system text apart for
+        Messages, and the token limit under the API's own name."""
+        messages = [dict(message) for message in spec.messages]
+        if self.kind == "responses":
+            payload["input"] = messages
+        else:
+            system = [m["content"] for m in messages if m.get("role") == "system"]
+            if system:
+                payload["system"] = "\n\n".join(str(text) for text in system)
+            payload["messages"] = [m for m in messages if m.get("role") != "system"]
+        limit = spec.max_tokens
+        if limit is None and self.kind == "messages":
+            limit = MESSAGES_MAX_TOKENS
+        if limit is not None:
+            payload[_LIMIT_FIELDS[self.kind]] = limit
+        payload.update(self.extra_body)
+        return orjson.dumps(payload)
+
     def request_headers(self, request_id: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.request_id_header is not None:
             headers[self.request_id_header] = request_id
+        if self.kind == "messages":
+            headers["anthropic-version"] = ANTHROPIC_VERSION
         if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+            if self.kind == "messages":
+                headers["x-api-key"] = self.api_key
+            else:
+                headers["Authorization"] = f"Bearer {self.api_key}"
         headers.update(self.headers)
         return headers
 
@@ -161,7 +223,8 @@ class Endpoint:
         """The extra headers as they may be printed (credentials redacted)."""
         lines = [redact(f"{name}: {value}") for name, value in self.headers]
         if self.api_key:
-            lines.insert(0, f"Authorization: Bearer {_REDACTED}")
+            shown = "x-api-key: " if self.kind == "messages" else "Authorization: Bearer "
+            lines.insert(0, shown + _REDACTED)
         return lines
 
     def describe(self) -> str:

@@ -78,7 +78,8 @@ class RunProgress:
         if (timeline.meta.get("loop_lag_max_ms") or 0) * NS_PER_MS > LAG_FLAG_NS:
             self.lagged_streams += 1
         times = timeline.times[timeline.text_mask]
-        ttft = int(times[0]) if len(times) else None
+        answer = timeline.times[timeline.visible_mask]  # TTFT: the answer's first token
+        ttft = int(answer[0]) if len(answer) else None
         worst = None
         if len(times) >= 2:
             gaps = np.diff(times)

@@ -94,12 +94,13 @@ def summarise(
 
 
 def has_stall(table: StreamTable, config: MetricConfig) -> bool:
-    """Whether any stream has a gap, or a wait for its first token, over the threshold."""
+    """Whether any stream has a gap, or a wait for its first text event (reasoning or
+    answer, as ``explain`` takes it), over the threshold."""
     threshold_s = config.stall_threshold_ns / 1e9
+    first_text = np.fmin(table.column("ttft_s"), table.column("ttfr_s"))
     with np.errstate(invalid="ignore"):
         return bool(
-            (table.column("max_gap_s") > threshold_s).any()
-            or (table.column("ttft_s") > threshold_s).any()
+            (table.column("max_gap_s") > threshold_s).any() or (first_text > threshold_s).any()
         )
 
 

@@ -42,6 +42,9 @@ _ROWS = (
     "envelope_overhead_mean",
     "output_tokens",
 )
+# Shown after TTFT only where a stream reasoned: TTFT is the answer's first token, and the
+# wait for the first reasoning token is its own number.
+_REASONING_ROWS = ("reasoning_streams", "ttfr_p50_s", "ttfr_p99_s")
 
 
 def print_summary(summary: Summary, console: Console | None = None) -> None:
@@ -57,9 +60,15 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     columns = {"all": summary.fleet, **summary.groups}
     for name in columns:
         table.add_column(name if name == "all" else f"{summary.by}={name}", justify="right")
+    reasoned = any(m.reasoning_streams for m in columns.values())
     for name in _ROWS:
         info = FLEET_CATALOGUE[name]
         table.add_row(info.long_label, *(info.show(getattr(m, name)) for m in columns.values()))
+        if name == "ttft_p99_s" and reasoned:
+            for extra in _REASONING_ROWS:
+                shown = FLEET_CATALOGUE[extra]
+                values = (shown.show(getattr(m, extra)) for m in columns.values())
+                table.add_row(shown.long_label, *values)
     console.print(table)
 
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.fleet.outcomes.items()))
@@ -69,6 +78,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
 
     if summary.worst:
         worst = Table(title="Worst streams, by worst gap", title_justify="left")
+        thought = any(m.ttfr_s is not None for m in summary.worst)
         for column in (
             "stream",
             "worst gap",
@@ -76,6 +86,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
             "p99 gap",
             "stalls",
             "TTFT",
+            *(("TTFR",) if thought else ()),
             "tokens",
             "outcome",
         ):
@@ -95,6 +106,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
                 format_seconds(m.gap_p99_s),
                 str(m.stall_count or 0),
                 format_seconds(m.ttft_s),
+                *((format_seconds(m.ttfr_s),) if thought else ()),
                 str(m.output_tokens),
                 m.outcome.value,
             )

@@ -126,8 +126,20 @@ class EventCutter:
             except ProtocolError as exc:
                 return ReadResult(buf[:offset], pieces, Failure(Cause.BAD_PAYLOAD, str(exc)))
             kind = decoded.kind
-            if kind is None:  # the end of the answer
-                pieces.append(Piece(None, "", buf[offset:end], wire))
+            if kind is None:  # the end of the answer (Responses' carries its usage)
+                pieces.append(
+                    Piece(
+                        None,
+                        "",
+                        buf[offset:end],
+                        wire,
+                        decoded.usage,
+                        decoded.finish,
+                        "",
+                        decoded.usage_counts,
+                        decoded.finished,
+                    )
+                )
                 return ReadResult(buf[:end], pieces, None, True)
             if kind is _KEEPALIVE:
                 pieces.append(Piece(kind, "", buf[offset:end], wire))

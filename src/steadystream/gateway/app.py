@@ -156,6 +156,8 @@ def create_app(
     generation = {
         "/v1/chat/completions": _Generation(state, "chat"),
         "/v1/completions": _Generation(state, "completions"),
+        "/v1/responses": _Generation(state, "responses"),
+        "/v1/messages": _Generation(state, "messages"),
     }
     routes = [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
@@ -294,13 +296,18 @@ class _Generation:
     def _pacer(self, request: Request, tenant: Tenant, proxy: ProxyRequest) -> Pacer | None:
         """The request's pacer: its header, else its tenant's, its route's, the default."""
         pacing = self.state.config.pacing
-        spec = pacing.routes.get(self.route, pacing.default)
+        route = self.route
+        if route == "chat" or route == "completions":
+            spec = pacing.routes.get(route, pacing.default)
+        else:
+            spec = pacing.default
         if tenant.pacer is not None:
             spec = tenant.pacer
         header = request.headers.get(PACER_HEADER)
         if header is not None and pacing.allow_header:
             spec = header
-        if spec is None or not proxy.stream or proxy.choices != 1:
+        # (Typed events are relayed as they come: a pacer re-sends text in chat's shape.)
+        if spec is None or not proxy.stream or proxy.choices != 1 or proxy.typed:
             return None
         limits = self.state.config.limits
         try:

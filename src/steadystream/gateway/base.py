@@ -30,6 +30,7 @@ from steadystream.gateway.refusal import send_refusal
 from steadystream.gateway.requests import ProxyRequest
 from steadystream.gateway.state import GatewayState, labels_of
 from steadystream.gateway.upstreams import ResponseTooLargeError
+from steadystream.protocol.apis import API_PATHS
 
 __all__ = ["Relay"]
 
@@ -54,7 +55,7 @@ class Relay:
         self.clock = state.clock
         self.attempts = 0
         self.committed = False  # the response's status went out
-        self.path = "/chat/completions" if request.chat else "/completions"
+        self.path = API_PATHS[request.route]
 
     # -- what a relay supplies ----------------------------------------------------------------
 

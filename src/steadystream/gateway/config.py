@@ -279,7 +279,8 @@ class FailoverConfig(_Section):
         " (policy off still ends it)",
     )
     retry_statuses: tuple[int, ...] = Field(
-        (408, 429, 500, 502, 503, 504), description="statuses that try the next upstream"
+        (408, 429, 500, 502, 503, 504, 529),
+        description="statuses that try the next upstream (529: Anthropic's overloaded)",
     )
 
 

@@ -216,6 +216,46 @@ class ChunkFormat:
         return encode_chunk(obj)
 
     @staticmethod
-    def error(message: str, code: str) -> bytes:
-        """An OpenAI-style in-band error event (what the SDKs raise on), then ``[DONE]``."""
+    def error(message: str, code: str, route: str = "chat", sequence: int = -1) -> bytes:
+        """An in-band error event in the route's own shape (what its SDK raises on): chat's
+        error chunk then ``[DONE]``; Responses' ``error`` then ``response.failed``, numbered
+        on from ``sequence`` (the last the client got); Messages' ``event: error``."""
+        if route == "responses":
+            error: dict[str, Any] = {
+                "type": "error",
+                "code": code,
+                "message": message,
+                "param": None,
+            }
+            failed = {
+                "type": "response.failed",
+                "response": {"status": "failed", "error": {"code": code, "message": message}},
+            }
+            return encode_event(error | {"sequence_number": sequence + 1}, "error") + encode_event(
+                failed | {"sequence_number": sequence + 2}, "response.failed"
+            )
+        if route == "messages":
+            error = {
+                "type": "error",
+                "error": {"type": _ANTHROPIC_ERRORS.get(code, "api_error"), "message": message},
+            }
+            return encode_event(error, "error")
         return encode_chunk(error_payload(message, type="server_error", code=code)) + DONE
+
+    @staticmethod
+    def end(route: str = "chat") -> bytes:
+        """The end of an answer whose upstream gave its finish and then fell silent."""
+        if route == "messages":
+            return encode_event({"type": "message_stop"}, "message_stop")
+        return DONE
+
+
+_ANTHROPIC_ERRORS = {
+    "upstream_stall": "overloaded_error",
+    "upstream_overloaded": "overloaded_error",
+}
+
+
+def encode_event(obj: dict[str, Any], name: str) -> bytes:
+    """One typed event (Responses, Messages): ``event: NAME`` and the object as its data."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"

@@ -99,9 +99,17 @@ class GatewayMetrics:
             GAP_BUCKETS,
         )
         self.ttft = h(
-            "steadystream_ttft_seconds", "Time to first token, from request receipt.", _EDGE,
+            "steadystream_ttft_seconds",
+            "Time to the first visible token (content or tool call), from request receipt.",
+            _EDGE,
             TTFT_BUCKETS,
-        )  # fmt: skip
+        )
+        self.ttfr = h(
+            "steadystream_ttfr_seconds",
+            "Time to the first reasoning token, from request receipt; streams that reasoned.",
+            _EDGE,
+            TTFT_BUCKETS,
+        )
         self.ttfb = h(
             "steadystream_ttfb_seconds", "Time to the first body byte, from request receipt.",
             _EDGE, TTFT_BUCKETS,
@@ -144,6 +152,7 @@ class GatewayMetrics:
                 self.stream_p99_gap,
                 self.stream_max_gap,
                 self.ttft,
+                self.ttfr,
                 self.ttfb,
                 self.duration,
                 self.output_tokens,
@@ -273,6 +282,7 @@ class GatewayMetrics:
             (self.stream_p99_gap, columns["gap_p99_s"]),
             (self.stream_max_gap, columns["max_gap_s"]),
             (self.ttft, columns["ttft_s"]),
+            (self.ttfr, columns["ttfr_s"]),  # NaN, not observed, where a stream did not reason
             (self.ttfb, columns["ttfb_s"]),
         )
         # Values gathered by histogram and label set, then observed once per series.

@@ -43,6 +43,9 @@ from steadystream.gateway.state import GatewayState, labels_of
 from steadystream.gateway.upstreams import build_body
 from steadystream.gateway.watchdog import StallKind, Watchdog
 from steadystream.gateway.writers import RawOutlet, unsent_bytes, write_paced, write_raw
+from steadystream.protocol import Dialect
+from steadystream.protocol.apis import new_dialect
+from steadystream.protocol.responses import ResponsesDialect
 from steadystream.protocol.sse import DONE
 from steadystream.shaping import Pacer
 
@@ -88,6 +91,7 @@ class StreamRelay(Relay):
         self.outlet: RawOutlet | None = None  # set when the stream is relayed unpaced
         self.line: StreamLine | None = None  # set once the response is committed
         self.build = line_build()  # the line's build this stream runs on (gateway/line.py)
+        self.dialect: Dialect | None = None  # the current attempt's (_new_dialect)
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known
         self.guard = Guard(
             self.clock,
@@ -258,7 +262,9 @@ class StreamRelay(Relay):
             self.attempts - 1,
             info["request_id"],
             watchdog,
-            self.build.EventCutter(max_event_bytes=config.limits.max_event_bytes),
+            self.build.EventCutter(
+                max_event_bytes=config.limits.max_event_bytes, dialect=self._new_dialect()
+            ),
             choices=self.request.choices,
         )
         attempt.action = action
@@ -348,6 +354,8 @@ class StreamRelay(Relay):
             if decision.action is Action.REGENERATE:
                 matcher = PrefixMatcher(progress.content_text, progress.reasoning_text)
             attempt.usage_base = progress.tokens if decision.action is Action.CONTINUE else 0
+            if self.request.typed:
+                continue  # the client had none of the first: the new stream goes as it comes
             attempt.cutter.keep_raw = True  # rewritten events are re-sent one by one
             attempt.rewriter = FallbackRewriter(
                 self.ctx.envelope,
@@ -373,7 +381,17 @@ class StreamRelay(Relay):
         )
         if self.request.choices != 1 and progress.first_token:
             decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
+        if self.request.typed and (progress.role_sent or progress.first_token):
+            # Its events carry the response's id and numbers: a second stream's cannot follow.
+            decision = Decision(
+                Action.ERROR, reason=f"a {self.request.route} stream is not failed over mid-way"
+            )
         return decision
+
+    def _new_dialect(self) -> Dialect:
+        """The dialect an attempt's events are read in: the client's route's."""
+        self.dialect = new_dialect(self.request.route)
+        return self.dialect
 
     def waits_out_stall(self) -> bool:
         """Whether a mid-stream stall should be waited out rather than end the stream.
@@ -465,13 +483,15 @@ class StreamRelay(Relay):
             message,
         )
         if not self.ctx.buffer.closed:
-            done = Out(DONE, [_DONE_PIECE])
+            done = Out(ChunkFormat.end(self.request.route), [_DONE_PIECE])
             await self.ctx.buffer.put(done, done.cost)
 
     async def _end_with_error(self, message: str, code: str) -> None:
         """End the committed stream with an OpenAI-style error event and ``[DONE]``."""
         message = self.state.pool.redact(message)
-        data = ChunkFormat.error(message, code)
+        dialect = self.dialect
+        sequence = dialect.last_sequence_number if isinstance(dialect, ResponsesDialect) else -1
+        data = ChunkFormat.error(message, code, self.request.route, sequence)
         piece = Piece(EventKind.ERROR, "", data, len(data))
         self.record.outcome = Outcome.ERROR
         self.record.error = message

@@ -16,6 +16,7 @@ import orjson
 from steadystream._api_errors import ApiError, error_response
 
 __all__ = [
+    "TYPED_ROUTES",
     "ApiError",
     "ProxyRequest",
     "Route",
@@ -24,7 +25,10 @@ __all__ = [
     "parse_request",
 ]
 
-Route: TypeAlias = Literal["chat", "completions"]
+Route: TypeAlias = Literal["chat", "completions", "responses", "messages"]
+TYPED_ROUTES = ("responses", "messages")
+"""The routes whose streams are typed events (the OpenAI Responses and Anthropic Messages
+APIs): relayed as they come, failed over only while the client has had nothing of them."""
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -48,8 +52,16 @@ class ProxyRequest:
         return self.route == "chat"
 
     @property
+    def typed(self) -> bool:
+        """A Responses or Messages request (TYPED_ROUTES)."""
+        return self.route in TYPED_ROUTES
+
+    @property
     def max_tokens(self) -> int | None:
         body = self.body
+        if self.route == "responses":
+            limit = body.get("max_output_tokens")
+            return limit if _is_int(limit) else None
         limit = body.get("max_completion_tokens") if self.chat else None
         return limit if limit is not None else body.get("max_tokens")
 
@@ -75,13 +87,19 @@ def parse_request(raw: bytes, route: Route) -> ProxyRequest:
         raise ApiError(400, "model: required, a non-empty string", param="model")
     if route == "chat":
         _check_messages(body.get("messages"))
-    else:
+    elif route == "completions":
         _check_prompt(body.get("prompt"))
     stream = body.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
         raise ApiError(400, "stream: must be true or false", param="stream")
+    if route == "responses":
+        _check_responses(body)
+        return ProxyRequest(route, body, model, stream)
+    if route == "messages":
+        _check_anthropic_messages(body)
+        return ProxyRequest(route, body, model, stream)
     n = body.get("n", 1)
     if n is None:
         n = 1
@@ -105,6 +123,58 @@ def parse_request(raw: bytes, route: Route) -> ProxyRequest:
                 param="stream_options.include_usage",
             )
     return ProxyRequest(route, body, model, stream, n)
+
+
+def _check_responses(body: dict[str, Any]) -> None:
+    """A Responses request: ``input`` is text or a list of items; the limit a positive int."""
+    given = body.get("input")
+    if given is None and body.get("previous_response_id") is None:
+        raise ApiError(400, "input: required, a string or a list of input items", param="input")
+    if given is not None and not isinstance(given, str | list):
+        raise ApiError(400, "input: must be a string or a list of input items", param="input")
+    if isinstance(given, list):
+        for i, item in enumerate(given):
+            if not isinstance(item, dict):
+                raise ApiError(400, f"input.{i}: must be an object", param=f"input.{i}")
+    limit = body.get("max_output_tokens")
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        raise ApiError(
+            400, "max_output_tokens: must be an integer of at least 1", param="max_output_tokens"
+        )
+    _check_number(body, "temperature", 0.0, 2.0, low_open=False)
+    _check_number(body, "top_p", 0.0, 1.0, low_open=True)
+
+
+_ANTHROPIC_ROLES = frozenset({"user", "assistant"})
+
+
+def _check_anthropic_messages(body: dict[str, Any]) -> None:
+    """A Messages request: user and assistant messages, and the ``max_tokens`` it requires."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages: required, a non-empty list of messages", param="messages")
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"{where}: must be an object", param=where)
+        role = message.get("role")
+        if role not in _ANTHROPIC_ROLES:
+            raise ApiError(
+                400,
+                f"{where}.role: got {role!r} (accepted: assistant, user)",
+                param=f"{where}.role",
+            )
+        if not isinstance(message.get("content"), str | list):
+            raise ApiError(
+                400,
+                f"{where}.content: must be a string or a list of blocks",
+                param=f"{where}.content",
+            )
+    limit = body.get("max_tokens")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ApiError(400, "max_tokens: required, an integer of at least 1", param="max_tokens")
+    _check_number(body, "temperature", 0.0, 1.0, low_open=False)
+    _check_number(body, "top_p", 0.0, 1.0, low_open=True)
 
 
 def _check_messages(messages: Any) -> None:

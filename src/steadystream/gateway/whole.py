@@ -26,6 +26,8 @@ from steadystream.gateway.base import Relay
 from steadystream.gateway.events import Failure, Piece
 from steadystream.gateway.failover import Action
 from steadystream.gateway.upstreams import build_body, media_type, read_whole
+from steadystream.protocol.messages import messages_usage
+from steadystream.protocol.responses import responses_usage
 
 __all__ = ["WholeRelay"]
 
@@ -131,6 +133,10 @@ def _answer_text(body: bytes) -> tuple[str, dict[str, int] | None]:
     if not isinstance(data, dict):
         return "", None
     usage = data.get("usage")
+    if data.get("object") == "response":  # the Responses API
+        return _typed_text(data.get("output"), "output_text"), responses_usage(usage)
+    if data.get("type") == "message":  # the Messages API
+        return _typed_text([data], "text"), messages_usage(usage)
     counts = (
         {k: v for k, v in usage.items() if isinstance(v, int)} if isinstance(usage, dict) else None
     )
@@ -141,3 +147,18 @@ def _answer_text(body: bytes) -> tuple[str, dict[str, int] | None]:
     message = choice.get("message")
     text = message.get("content") if isinstance(message, dict) else choice.get("text")
     return (text if isinstance(text, str) else ""), counts
+
+
+def _typed_text(items: Any, part: str) -> str:
+    """The visible text of a Responses output (its ``output_text`` parts) or a Message (its
+    ``text`` blocks): the ``content`` lists of ``items``."""
+    if not isinstance(items, list):
+        return ""
+    texts = []
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == part:
+                text = block.get("text")
+                texts.append(text if isinstance(text, str) else "")
+    return "".join(texts)

@@ -1,9 +1,10 @@
 """The lab engine: a reproducible continuous-batching LLM server whose every pause has a cause.
 
-An OpenAI-compatible streaming server that simulates a continuous-batching engine in real
-time, makes each kind of pause on demand and records the true cause of every one
-(docs/lab.md). Start one for a test or a demo with :class:`LabServer`; drive the scheduler in
-simulated time with :class:`LabEngine` and a :class:`~steadystream.FakeClock`.
+A streaming server (OpenAI Chat Completions and Completions, the Responses API, Anthropic
+Messages) that simulates a continuous-batching engine in real time, makes each kind of pause
+on demand and records the true cause of every one (docs/lab.md). Start one for a test or a
+demo with :class:`LabServer`; drive the scheduler in simulated time with :class:`LabEngine`
+and a :class:`~steadystream.FakeClock`.
 """
 
 from steadystream.lab.app import LabState, create_app

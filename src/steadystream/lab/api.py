@@ -1,16 +1,25 @@
-"""The OpenAI-compatible request bodies the lab accepts, and its errors in OpenAI's shape.
+"""The request bodies the lab accepts: chat, completions, the Responses API and Messages.
 
-Validation is pydantic's; its errors are mapped at this boundary to one OpenAI-style error
-(``{"error": {"message", "type", "param", "code"}}``) naming the offending field, so clients
-and SDKs see what they would see from a real server.
+Validation is pydantic's; its errors are mapped at this boundary to one :class:`ApiError`
+naming the offending field, which each API answers in its own shape (OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, or Anthropic's), so clients and SDKs
+see what they would see from a real server. Every body gives the scheduler the same few
+things (:class:`LabBody`): the model, whether to stream, a token limit and a prompt size.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from steadystream._api_errors import ApiError, error_response
 from steadystream.timeline import estimate_tokens
@@ -19,9 +28,30 @@ __all__ = [
     "ApiError",
     "ChatRequest",
     "CompletionRequest",
+    "LabBody",
+    "MessagesRequest",
+    "ResponsesRequest",
     "error_response",
     "parse_body",
 ]
+
+
+class LabBody(Protocol):
+    """What the lab reads from any request body, whatever its API."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def stream(self) -> bool: ...
+
+    @property
+    def ignore_eos(self) -> bool: ...
+
+    @property
+    def token_limit(self) -> int | None: ...
+
+    def prompt_tokens(self, overhead: int) -> int: ...
 
 
 class _Body(BaseModel):
@@ -48,15 +78,18 @@ class Message(_Body):
         return self.content or ""
 
 
-class _Generation(_Body):
+class _Request(_Body):
     model: str
     stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
+    ignore_eos: bool = False  # vLLM's extension: generate exactly the token limit
+
+
+class _Generation(_Request):
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
     n: int = 1
-    ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens
 
     @field_validator("n")
     @classmethod
@@ -102,7 +135,93 @@ class CompletionRequest(_Generation):
         return max(1, estimate_tokens(text))
 
 
-def parse_body(raw: bytes, model: type[_Generation]) -> Any:
+def _listed(what: str, wrap: str) -> BeforeValidator:
+    """A field that is a string or a list: a string becomes one ``{"type": wrap, "text"}``."""
+
+    def before(value: Any) -> Any:
+        if isinstance(value, str):
+            return [{"type": wrap, "text": value}]
+        if isinstance(value, list):
+            return value
+        raise ValueError(f"must be a string or a list of {what}")
+
+    return BeforeValidator(before)
+
+
+def _text_of(blocks: list[ContentPart] | None) -> str:
+    return " ".join(block.text or "" for block in blocks or ())
+
+
+# -- the Responses API ------------------------------------------------------------------------
+
+InputContent = Annotated[list[ContentPart], _listed("content parts", "input_text")]
+
+
+class InputItem(_Body):
+    """One item of a Responses ``input``: a message (others are counted by their text)."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: InputContent | None = None
+
+    def text(self) -> str:
+        return _text_of(self.content)
+
+
+def _input_items(value: Any) -> Any:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list):
+        return value
+    raise ValueError("must be a string or a list of input items")
+
+
+class ResponsesRequest(_Request):
+    """``POST /v1/responses``. ``reasoning`` is accepted and repeated; the lab makes none."""
+
+    input: Annotated[list[InputItem], BeforeValidator(_input_items)] = Field(min_length=1)
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    reasoning: dict[str, Any] | None = None
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_output_tokens
+
+    def prompt_tokens(self, overhead: int) -> int:
+        system = 4 + estimate_tokens(self.instructions) if self.instructions else 0
+        return overhead + system + sum(4 + estimate_tokens(item.text()) for item in self.input)
+
+
+# -- Anthropic Messages -----------------------------------------------------------------------
+
+Blocks = Annotated[list[ContentPart], _listed("content blocks", "text")]
+
+
+class AnthropicMessage(_Body):
+    role: Literal["user", "assistant"]
+    content: Blocks
+
+
+class MessagesRequest(_Request):
+    """``POST /v1/messages``: ``max_tokens`` is required, as Anthropic's API has it."""
+
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: Blocks | None = None
+    max_tokens: int = Field(ge=1)
+    temperature: float | None = Field(None, ge=0, le=1)
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    def prompt_tokens(self, overhead: int) -> int:
+        system = 4 + estimate_tokens(_text_of(self.system)) if self.system else 0
+        turns = sum(4 + estimate_tokens(_text_of(m.content)) for m in self.messages)
+        return overhead + system + turns
+
+
+def parse_body(raw: bytes, model: type[_Request]) -> Any:
     """Parse and validate a JSON body; raise :class:`ApiError` (400) naming the field."""
     try:
         data = orjson.loads(raw)

@@ -1,8 +1,10 @@
-"""The lab's HTTP face: an OpenAI-compatible Starlette app around one :class:`LabEngine`.
+"""The lab's HTTP face: a Starlette app around one :class:`LabEngine`.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
-``GET /metrics``, ``GET /lab/requests`` (recent ids), ``GET /lab/requests/{id}`` (ground
-truth), ``GET /healthz``. The engine starts and stops with the app's lifespan.
+Routes: one ``POST`` per API it speaks (:mod:`~steadystream.lab.apis`:
+``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``, ``/v1/messages``),
+``GET /v1/models``, ``GET /metrics``, ``GET /lab/requests`` (recent ids),
+``GET /lab/requests/{id}`` (ground truth), ``GET /healthz``. The engine starts and stops
+with the app's lifespan.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -22,13 +25,8 @@ from starlette.routing import Route
 from steadystream._api_errors import json_response
 from steadystream._clock import Clock
 from steadystream._exceptions import SpecError
-from steadystream.lab.api import (
-    ApiError,
-    ChatRequest,
-    CompletionRequest,
-    error_response,
-    parse_body,
-)
+from steadystream.lab.api import ApiError, LabBody, error_response, parse_body
+from steadystream.lab.apis import APIS, LabApi, WireContext
 from steadystream.lab.engine import LabEngine
 from steadystream.lab.faults import FAULT_HEADER, parse_fault_header
 from steadystream.lab.metrics import CONTENT_TYPE, LabMetrics
@@ -37,7 +35,6 @@ from steadystream.lab.scenario import Scenario
 from steadystream.lab.scenario_file import load_scenario
 from steadystream.lab.sequence import LabRequest
 from steadystream.lab.truth import RequestTruth
-from steadystream.lab.wire import SseFormat
 
 __all__ = ["LabState", "create_app"]
 
@@ -81,8 +78,7 @@ def create_app(
             await engine.stop()
 
     routes = [
-        Route("/v1/chat/completions", _generation(state, chat=True), methods=["POST"]),
-        Route("/v1/completions", _generation(state, chat=False), methods=["POST"]),
+        *(Route(api.path, _generation(state, api), methods=["POST"]) for api in APIS),
         Route("/v1/models", _models(state), methods=["GET"]),
         Route("/metrics", _metrics(state), methods=["GET"]),
         Route("/lab/requests", _request_ids(state), methods=["GET"]),
@@ -98,17 +94,16 @@ async def _health(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
-def _generation(state: LabState, *, chat: bool) -> _Endpoint:
+def _generation(state: LabState, api: LabApi[Any]) -> _Endpoint:
     engine = state.engine
     scenario = engine.scenario
-    body_model: type[ChatRequest | CompletionRequest] = ChatRequest if chat else CompletionRequest
 
     async def endpoint(request: Request) -> Response:
         request_id = _request_id(state, request.headers.get("x-request-id"))
         headers = {"x-request-id": request_id}
         try:
             raw = await _read_body(request, scenario.server.max_body_bytes)
-            body: ChatRequest | CompletionRequest = parse_body(raw, body_model)
+            body: LabBody = parse_body(raw, api.body)
             if body.model not in scenario.server.models:
                 raise ApiError(
                     404,
@@ -129,12 +124,12 @@ def _generation(state: LabState, *, chat: bool) -> _Endpoint:
                     400,
                     f"the prompt has about {prompt_tokens} tokens; the lab's KV cache holds "
                     f"{engine.capacity_tokens}",
-                    param="messages" if chat else "prompt",
+                    param=api.prompt_field,
                 )
+            if not engine.running:
+                raise ApiError(503, "the lab is not running", type="server_error")
         except ApiError as exc:
-            return exc.response(headers)
-        if not engine.running:
-            return error_response(503, "the lab is not running", type="server_error")
+            return api.refuse(exc, headers)
         handle = engine.submit(
             LabRequest(
                 request_id=request_id,
@@ -143,18 +138,12 @@ def _generation(state: LabState, *, chat: bool) -> _Endpoint:
                 max_tokens=body.token_limit,
                 ignore_eos=body.ignore_eos,
                 faults=faults,
-                endpoint="chat" if chat else "completions",
+                endpoint=api.name,
                 stream=body.stream,
             )
         )
-        prefix = "chatcmpl" if chat else "cmpl"
-        wire = SseFormat(
-            chat=chat,
-            completion_id=f"{prefix}-{request_id}",
-            model=body.model,
-            created=int(time.time()),
-            include_usage=body.include_usage,
-        )
+        wire = api.wire(body, WireContext(request_id, int(time.time()), prompt_tokens))
+        credential_name, credential = _credential(request, api.credential_headers)
         return LabResponse(
             handle,
             wire,
@@ -162,10 +151,19 @@ def _generation(state: LabState, *, chat: bool) -> _Endpoint:
             request_id=request_id,
             metrics=state.metrics,
             resetter=state.resetter,
-            authorization=request.headers.get("authorization"),
+            authorization=credential,
+            credential_name=credential_name,
         )
 
     return endpoint
+
+
+def _credential(request: Request, names: tuple[str, ...]) -> tuple[str, str | None]:
+    """The first of ``names`` the request has (for the echo-auth fault), and its value."""
+    for name in names:
+        if (value := request.headers.get(name)) is not None:
+            return name, value
+    return names[0], None
 
 
 def _request_id(state: LabState, given: str | None) -> str:

@@ -1,5 +1,8 @@
 """Writing one request's answer to the client, and noticing when the client leaves.
 
+The bytes come from the request's :class:`~steadystream.lab.wire.Wire` (its API's shape);
+what is written when, and what the ground truth records, is the same for every API.
+
 The writer and a disconnect listener run side by side; whichever ends first cancels the
 other (as Starlette's ``StreamingResponse`` does). A disconnect tells the engine at once, so
 it frees the sequence's KV at the next step boundary; both instants go into the ground truth.
@@ -17,13 +20,11 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from steadystream._types import EventKind
 from steadystream.lab.causes import Cause, Extras
 from steadystream.lab.emission import PlannedEvent
 from steadystream.lab.metrics import LabMetrics
 from steadystream.lab.stream import Ending, StreamHandle
-from steadystream.lab.wire import SseFormat
-from steadystream.protocol.openai import error_payload
+from steadystream.lab.wire import Part, Wire, data_of
 
 __all__ = ["ConnectionResetter", "LabResponse"]
 
@@ -36,7 +37,7 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-_SILENCE: tuple[EventKind | None, bytes] = (None, b"")  # where a silent finish pauses
+_SILENCE: Part = (None, b"")  # where a silent finish pauses
 
 
 class _ConnectionAborted(Exception):
@@ -49,13 +50,14 @@ class LabResponse(Response):
     def __init__(
         self,
         handle: StreamHandle,
-        wire: SseFormat,
+        wire: Wire,
         *,
         stream: bool,
         request_id: str,
         metrics: LabMetrics | None,
         resetter: ConnectionResetter | None,
         authorization: str | None = None,
+        credential_name: str = "Authorization",
     ) -> None:
         # Response.__init__ is not called: this response writes its own body.
         self.status_code = 200
@@ -66,8 +68,11 @@ class LabResponse(Response):
         self._request_id = request_id.encode()
         self._metrics = metrics
         self._resetter = resetter
-        self._authorization = authorization  # echoed only by the echo-auth fault
+        # echoed only by the echo-auth fault, as ``credential_name: authorization``
+        self._authorization = authorization
+        self._credential_name = credential_name
         self._oversized = False
+        self._sent: list[str] = []  # the text as written, for a closing that repeats it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handle = self._handle
@@ -101,19 +106,22 @@ class LabResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         arrival = handle.truth.arrival_ns
         last_written: int | None = None
-        role = wire.role() if wire.chat else b""
         while (batch := await handle.next_write()) is not None:
+            # Built in the order written: some APIs number their events.
+            head = wire.opening() if last_written is None else []
             texts = [handle.text_of(event) for event in batch]
             sent = [self._sent_text(event, text) for event, text in zip(batch, texts, strict=True)]
+            self._sent.extend(sent)
             contents = [wire.content(text) for text in sent]
             ending = handle.ending
             tail = self._tail(ending) if ending is not None else []
-            head = role if last_written is None else b""
-            body = b"".join([head, *contents, *(data for _, data in self._now_part(tail))])
+            now_part = self._now_part(tail)
+            body = b"".join([*(data for _, data in head), *contents, *(d for _, d in now_part)])
             await send({"type": "http.response.body", "body": body, "more_body": True})
             now = clock.now_ns()
-            if head:
-                handle.mark_other(EventKind.ROLE, now, len(head), batch[0].planned_ns)
+            for kind, data in head:
+                if kind is not None:
+                    handle.mark_other(kind, now, len(data), batch[0].planned_ns)
             handle.mark_written(batch, now, [len(data) for data in contents], texts)
             if metrics is not None:
                 _observe(metrics, len(batch), now, arrival, last_written)
@@ -122,7 +130,11 @@ class LabResponse(Response):
                 await self._end(scope, send, ending, tail, now)
                 return
         ending = handle.ending or Ending.SHUTDOWN
+        opens = last_written is None and wire.opening_first
+        head = wire.opening() if opens else []
         tail = self._tail(ending)
+        if tail and head:  # an ending with no content before it still opens the stream
+            tail = [*head, *tail]
         if now_part := self._now_part(tail):
             body = b"".join(data for _, data in now_part)
             await send({"type": "http.response.body", "body": body, "more_body": True})
@@ -136,31 +148,31 @@ class LabResponse(Response):
             return text
         self._oversized = True
         # Padding with an ASCII letter adds exactly one byte per character to the event.
-        missing = faults.oversize_bytes - len(self._wire.content(text))
+        missing = faults.oversize_bytes - self._wire.size(text)
         return text + "x" * missing if missing > 0 else text
 
-    def _tail(self, ending: Ending) -> list[tuple[EventKind | None, bytes]]:
-        """What follows the last content: finish, usage and [DONE]; or an error and [DONE].
+    def _tail(self, ending: Ending) -> list[Part]:
+        """What follows the last content: the closing (chat: finish, usage and [DONE]); or
+        an error and what follows it.
 
         With a silent-finish fault, an entry ``(None, b"")`` marks where the silence falls.
         """
         wire = self._wire
-        truth = self._handle.truth
-        faults = self._handle.faults
         if ending in (Ending.STOP, Ending.LENGTH):
-            tail: list[tuple[EventKind | None, bytes]] = [(EventKind.EMPTY, wire.finish(ending))]
-            if faults.silent_finish_ns is not None:
-                tail.append(_SILENCE)
-            if wire.include_usage:
-                usage = wire.usage(truth.prompt_tokens, truth.tokens_generated)
-                tail.append((EventKind.USAGE, usage))
-            return [*tail, (None, wire.done())]
+            truth = self._handle.truth
+            text = "".join(self._sent)
+            before, after = wire.closing(
+                ending.value, truth.prompt_tokens, truth.tokens_generated, text
+            )
+            if self._handle.faults.silent_finish_ns is not None:
+                return [*before, _SILENCE, *after]
+            return [*before, *after]
         if ending is Ending.ERROR:
             if self._echoes_malformed():
-                return [(EventKind.ERROR, wire.malformed(self._echo())), (None, wire.done())]
-            return [(EventKind.ERROR, wire.error(self._error_message())), (None, wire.done())]
+                return wire.broken(self._echo())
+            return wire.failure(self._error_message())
         if ending is Ending.SHUTDOWN:
-            return [(EventKind.ERROR, wire.error("the lab is shutting down")), (None, wire.done())]
+            return wire.failure("the lab is shutting down")
         return []
 
     def _echoes_malformed(self) -> bool:
@@ -174,13 +186,11 @@ class LabResponse(Response):
 
     def _echo(self) -> str:
         # What a careless upstream does: put the credential it was sent into its error text.
-        given = self._authorization
-        return f"Authorization: {given}" if given is not None else "no Authorization header"
+        given, name = self._authorization, self._credential_name
+        return f"{name}: {given}" if given is not None else f"no {name} header"
 
     @staticmethod
-    def _now_part(
-        tail: list[tuple[EventKind | None, bytes]],
-    ) -> list[tuple[EventKind | None, bytes]]:
+    def _now_part(tail: list[Part]) -> list[Part]:
         """The part of the tail written at once: all of it, or what comes before a silence."""
         return tail[: tail.index(_SILENCE)] if _SILENCE in tail else tail
 
@@ -189,7 +199,7 @@ class LabResponse(Response):
         scope: Scope,
         send: Send,
         ending: Ending,
-        tail: list[tuple[EventKind | None, bytes]],
+        tail: list[Part],
         now: int,
     ) -> None:
         handle = self._handle
@@ -205,9 +215,7 @@ class LabResponse(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         handle.finish(now)
 
-    async def _after_silence(
-        self, send: Send, rest: list[tuple[EventKind | None, bytes]], since: int
-    ) -> int:
+    async def _after_silence(self, send: Send, rest: list[Part], since: int) -> int:
         """Say nothing for the silent-finish fault's time, then write ``rest``; returns when.
 
         The silence is charged (``injected-fault``) to the first event written after it, or,
@@ -257,11 +265,10 @@ class LabResponse(Response):
             whole = wire.whole(text, ending.value, truth.prompt_tokens, truth.tokens_written)
             data = orjson.dumps(whole)
         elif ending is Ending.ERROR and self._echoes_malformed():
-            data = wire.malformed(self._echo()).removeprefix(b"data: ").rstrip()
+            data = data_of(wire.broken(self._echo())[0][1])
         else:
-            status = 500
             message = self._error_message() if ending is Ending.ERROR else "shutting down"
-            data = orjson.dumps(error_payload(message, type="server_error", code=500))
+            status, data = wire.whole_failure(message)
         headers = [*_JSON_HEADERS, (b"x-request-id", self._request_id)]
         headers.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})

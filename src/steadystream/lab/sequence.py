@@ -33,7 +33,7 @@ class LabRequest:
     max_tokens: int | None = None
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens
     faults: FaultSpec | None = None  # None: the scenario's faults (header faults replace them)
-    endpoint: str = "chat"
+    endpoint: str = "chat"  # the API it came through (lab/apis.py)
     stream: bool = True
 
 

@@ -31,7 +31,7 @@ class RequestTruth:
 
     request_id: str
     model: str
-    endpoint: str  # "chat" or "completions"
+    endpoint: str  # the API it came through: chat, completions, responses or messages
     stream: bool
     ordinal: int
     arrival_ns: int

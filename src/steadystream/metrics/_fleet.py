@@ -56,6 +56,10 @@ class FleetMetrics:
     ttft_p90_s: float | None
     ttft_p95_s: float | None
     ttft_p99_s: float | None
+    # time to first reasoning token, over the streams that reasoned (None when none did)
+    reasoning_streams: int
+    ttfr_p50_s: float | None
+    ttfr_p99_s: float | None
     tpot_p50_s: float | None
     e2el_p50_s: float | None
     # vLLM's convention: every gap of every stream in one pool (for comparison only)
@@ -102,6 +106,8 @@ def fleet_metrics(
     of_p99 = _percentiles(p99, (50, 90, 99))
     of_worst = _percentiles(worst, (50, 90, 99))
     ttft_pct = _percentiles(ttft, (50, 90, 95, 99))
+    ttfr = col("ttfr_s")
+    ttfr_pct = _percentiles(ttfr, (50, 99))
 
     return FleetMetrics(
         streams=len(table),
@@ -124,6 +130,9 @@ def fleet_metrics(
         ttft_p90_s=ttft_pct[1],
         ttft_p95_s=ttft_pct[2],
         ttft_p99_s=ttft_pct[3],
+        reasoning_streams=int(np.count_nonzero(~np.isnan(ttfr))),
+        ttfr_p50_s=ttfr_pct[0],
+        ttfr_p99_s=ttfr_pct[1],
         tpot_p50_s=_percentiles(col("tpot_s"), (50,))[0],
         e2el_p50_s=_percentiles(col("e2el_s"), (50,))[0],
         pooled_gap_p50_s=pooled[0],
@@ -141,8 +150,8 @@ def fleet_metrics(
 
 
 def good_streams(table: StreamTable, config: MetricConfig) -> npt.NDArray[np.bool_]:
-    """Per stream: did it count for ITL goodput (completed, first token within the TTFT
-    target, no gap above the stall threshold; docs/metrics.md#fleet)."""
+    """Per stream: did it count for ITL goodput (completed, first visible token within the
+    TTFT target, no gap above the stall threshold; docs/metrics.md#fleet)."""
     worst, ttft = table.column("max_gap_s"), table.column("ttft_s")
     failed = np.array([o in _FAILED for o in table.outcomes], dtype=bool)
     smooth = np.isnan(worst) | (worst <= config.stall_threshold_ns / 1e9)

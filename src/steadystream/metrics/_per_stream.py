@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._types import TEXT_KINDS, Outcome
+from steadystream._types import TEXT_KINDS, EventKind, Outcome
 from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._quality import andes_qoe, fluidity
 from steadystream.metrics.segments import (
@@ -49,6 +49,7 @@ _GAP_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 100.0)
 STREAM_COLUMNS = (
     "ttfb_s",
     "ttft_s",
+    "ttfr_s",
     "e2el_s",
     "tpot_s",
     "output_tokens",
@@ -86,6 +87,7 @@ class StreamMetrics:
     outcome: Outcome
     ttfb_s: float | None
     ttft_s: float | None
+    ttfr_s: float | None
     e2el_s: float | None
     tpot_s: float | None
     output_tokens: int
@@ -149,6 +151,7 @@ class StreamTable:
             outcome=self.outcomes[index],
             ttfb_s=real("ttfb_s"),
             ttft_s=real("ttft_s"),
+            ttfr_s=real("ttfr_s"),
             e2el_s=real("e2el_s"),
             tpot_s=real("tpot_s"),
             output_tokens=int(self.columns["output_tokens"][index]),
@@ -240,11 +243,14 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
     cols: dict[str, FloatArray] = {}
     nan = np.full(n, np.nan)
 
+    # The answer (content, tool calls) and the reasoning before or beside it: TTFT is the
+    # answer's first token, TTFR the reasoning's; gaps run over both, as a reader sees them.
+    visible = text.where(~text.reasoning)
     has_text = text.counts > 0
     starts = segment_starts(text.counts)
     last = starts + text.counts - 1
-    ttft = nan.copy()
-    ttft[has_text] = text.times[starts[has_text]]
+    first = text.first_times()
+    ttft = visible.first_times()
     e2el = nan.copy()
     e2el[has_text] = text.times[last[has_text]]
     output_tokens = segment_sum(text.tokens, text.counts)
@@ -258,10 +264,13 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
         / _NS
     )
     cols["ttft_s"] = ttft / _NS
+    cols["ttfr_s"] = text.where(text.reasoning).first_times() / _NS
     cols["e2el_s"] = e2el / _NS
     with np.errstate(invalid="ignore", divide="ignore"):
+        # The decode pace from the first text event on, reasoning included: every token
+        # the engine streamed after its first counts.
         cols["tpot_s"] = (
-            np.where(output_tokens >= 2, (e2el - ttft) / (output_tokens - 1), np.nan) / _NS
+            np.where(output_tokens >= 2, (e2el - first) / (output_tokens - 1), np.nan) / _NS
         )
     cols["output_tokens"] = output_tokens
     cols["chunks"] = text.counts.astype(np.float64)
@@ -316,8 +325,8 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
         )
     cols["head_burst"] = _head_burst(text, gaps, gap_counts, ttft, cfg)
 
-    # [metrics.md#qoe] and [metrics.md#fluidity]
-    token_times, token_counts = text.token_times()
+    # [metrics.md#qoe] and [metrics.md#fluidity]: the reader's first token is the answer's
+    token_times, token_counts = visible.token_times()
     cols["qoe"] = andes_qoe(token_times, token_counts, cfg)
     cols["fluidity"] = fluidity(token_times, token_counts, cfg)
 
@@ -335,6 +344,7 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
 
 _IS_TEXT_KIND = np.zeros(256, dtype=bool)
 _IS_TEXT_KIND[[int(k) for k in TEXT_KINDS]] = True
+_REASONING = int(EventKind.REASONING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,12 +356,13 @@ class _TextEvents:
     text_bytes: IntArray
     counts: IntArray
     wire_bytes: FloatArray  # every event's wire bytes summed per stream
+    reasoning: npt.NDArray[np.bool_]  # which text events are reasoning
 
     @classmethod
     def gather(cls, timelines: Sequence[Timeline]) -> _TextEvents:
         if not timelines:
             empty = np.zeros(0, dtype=np.int64)
-            return cls(empty, empty, empty, empty, np.zeros(0))
+            return cls(empty, empty, empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
         # One concatenation per field, then every mask and count over the whole run at once.
         event_counts = np.fromiter((len(t) for t in timelines), np.int64, len(timelines))
         kinds = np.concatenate([t.kinds for t in timelines])
@@ -365,7 +376,26 @@ class _TextEvents:
             text_bytes=text_bytes[mask].astype(np.int64),
             counts=segment_sum(mask, event_counts).astype(np.int64),
             wire_bytes=segment_sum(np.concatenate([t.wire_bytes for t in timelines]), event_counts),
+            reasoning=kinds[mask] == _REASONING,
         )
+
+    def where(self, keep: npt.NDArray[np.bool_]) -> _TextEvents:
+        """The text events ``keep`` marks, still one segment per stream."""
+        return _TextEvents(
+            times=self.times[keep],
+            tokens=self.tokens[keep],
+            text_bytes=self.text_bytes[keep],
+            counts=segment_sum(keep, self.counts).astype(np.int64),
+            wire_bytes=self.wire_bytes,
+            reasoning=self.reasoning[keep],
+        )
+
+    def first_times(self) -> FloatArray:
+        """Each stream's first text event's time (ns); NaN for a stream without one."""
+        first = np.full(len(self.counts), np.nan)
+        has = self.counts > 0
+        first[has] = self.times[segment_starts(self.counts)[has]]
+        return first
 
     def token_times(self) -> tuple[IntArray, IntArray]:
         """Every token's arrival time: a k-token chunk is k tokens arriving together."""
@@ -413,19 +443,22 @@ def _head_burst(
     """Tokens in the first window after TTFT over what the steady rate would have delivered.
 
     The steady rate is the median gap after the window with its tokens per chunk: robust to a
-    stall later in the stream, which would otherwise make any head look like a burst.
+    stall later in the stream, which would otherwise make any head look like a burst. The
+    window opens at the answer's first token: reasoning before it is neither head nor tail.
     """
     window = cfg.head_window_ns
-    ids = segment_ids(text.counts)
-    in_head = text.times < ttft[ids] + window if len(ids) else np.zeros(0, dtype=bool)
+    opens = ttft[segment_ids(text.counts)]  # NaN for a stream with no answer: no head, no tail
+    with np.errstate(invalid="ignore"):
+        in_head = (text.times >= opens) & (text.times < opens + window)
+        after = text.times >= opens + window
     head_tokens = segment_sum(text.tokens * in_head, text.counts)
     # Gap j of a stream ends at its text event j + 1: drop each stream's first event's flags.
     first = segment_starts(text.counts)[text.counts > 0]
-    ends_in_head = np.delete(in_head, first)
-    tail_gaps = gaps[~ends_in_head]
-    tail_counts = segment_sum(~ends_in_head, gap_counts).astype(np.int64)
+    ends_after = np.delete(after, first)
+    tail_gaps = gaps[ends_after]
+    tail_counts = segment_sum(ends_after, gap_counts).astype(np.int64)
     median_gap = segment_percentiles(tail_gaps, tail_counts, (50.0,))[:, 0]
-    tail_tokens = segment_sum(np.delete(text.tokens, first)[~ends_in_head], tail_counts)
+    tail_tokens = segment_sum(np.delete(text.tokens, first)[ends_after], tail_counts)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_chunk = tail_tokens / tail_counts
         expected = window / median_gap * per_chunk

@@ -54,6 +54,8 @@ _PERCENTILE_OF = {
     "ttft_p90_s": ("ttft_s", 90),
     "ttft_p95_s": ("ttft_s", 95),
     "ttft_p99_s": ("ttft_s", 99),
+    "ttfr_p50_s": ("ttfr_s", 50),
+    "ttfr_p99_s": ("ttfr_s", 99),
     "tpot_p50_s": ("tpot_s", 50),
     "e2el_p50_s": ("e2el_s", 50),
     "head_burst_p50": ("head_burst", 50),
@@ -133,6 +135,8 @@ def fleet_statistic(name: str, table: StreamTable, config: MetricConfig) -> Stat
         return _sum(column(_SUM_OF[name]))
     if name == "streams":
         return lambda counts: counts.sum(axis=1).astype(np.float64)
+    if name == "reasoning_streams":
+        return _sum((~np.isnan(column("ttfr_s"))).astype(np.float64))
     if name == "goodput":
         good = good_streams(table, config).astype(np.float64)
         return lambda counts: (counts @ good) / counts.sum(axis=1)

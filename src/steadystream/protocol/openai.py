@@ -128,6 +128,7 @@ class StreamRecorder:
         started_at: float | None = None,
         sent_ns: Nanos = 0,
         max_tokens: int | None = None,
+        dialect: Dialect | None = None,
     ) -> None:
         self._stream_id = stream_id
         # The request's max_tokens: a stream that stops for length without usage made them.
@@ -138,7 +139,8 @@ class StreamRecorder:
         self._started_at = started_at
         self._sent_ns = sent_ns
         self._decoder: SseDecoder = new_decoder()  # the one SSE cut, compiled where built
-        self._dialect: Dialect = chat_dialect()
+        # What each event is: chat's unless told (protocol/apis.py has one for every API).
+        self._dialect: Dialect = dialect if dialect is not None else chat_dialect()
         self._times = array("q")
         self._kinds = array("B")
         self._wire = array("i")
@@ -258,6 +260,11 @@ class StreamRecorder:
         if kind is None:  # [DONE]: the end of the answer, not an event
             self._done = self._ended = True
             self._end_ns = t
+            # (Responses ends with its final response: its finish and usage are kept.)
+            if decoded.finish is not None:
+                self._finish_reason = decoded.finish
+            if decoded.usage_counts is not None:
+                self._usage = decoded.usage_counts
             return
         self._append(t, kind, decoded.text, item.wire_bytes, decoded.usage)
         if decoded.finish is not None:
@@ -313,12 +320,13 @@ def timeline_from_sse(
     outcome: Outcome | str | None = None,
     sent_ns: Nanos = 0,
     max_tokens: int | None = None,
+    dialect: Dialect | None = None,
 ) -> Timeline:
     """Build a timeline from recorded ``(arrival_ns, bytes)`` reads of an SSE body.
 
     Each event is stamped with the arrival of the read that completed it; the stream ends at
-    the last read (a final ``(t, b"")`` read marks a later end of body). ``max_tokens`` is
-    the request's, as for :class:`StreamRecorder`.
+    the last read (a final ``(t, b"")`` read marks a later end of body). ``max_tokens`` and
+    ``dialect`` are as for :class:`StreamRecorder`.
     """
     recorder = StreamRecorder(
         stream_id,
@@ -328,6 +336,7 @@ def timeline_from_sse(
         started_at=started_at,
         sent_ns=sent_ns,
         max_tokens=max_tokens,
+        dialect=dialect,
     )
     end = sent_ns
     if header_ns is not None:

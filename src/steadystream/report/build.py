@@ -11,7 +11,7 @@ import numpy as np
 
 import steadystream.report.charts as charts
 import steadystream.report.data as data
-from steadystream._units import format_duration
+from steadystream._units import format_duration, format_seconds
 from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.bench.summary import one_view_note, one_view_rows
 from steadystream.findings import find
@@ -212,9 +212,10 @@ def _charts(
         Chart(
             "ttft",
             "TTFT by model, route and tenant",
-            _ttft_subtitle(ttft),
-            "Bars above the dashed target line miss it. A single group far above the others"
-            " points at that model, route or tenant.",
+            _ttft_subtitle(ttft) + _ttfr_words(fleet),
+            "TTFT is the first visible token (answer text or a tool call). Bars above the"
+            " dashed target line miss it. A single group far above the others points at that"
+            " model, route or tenant.",
             charts.ttft_figure(ttft, fleet.ttft_target_s),
         ),
     ]
@@ -253,6 +254,17 @@ def _ttft_subtitle(ttft: data.TtftBars) -> str:
     if ttft.left_out:
         shown += f"; {ttft.left_out} smaller groups left out"
     return shown
+
+
+def _ttfr_words(fleet: FleetMetrics) -> str:
+    """The wait for the first reasoning token, where streams reasoned (apart from TTFT)."""
+    if not fleet.reasoning_streams:
+        return ""
+    return (
+        f"; {fleet.reasoning_streams:,} of {fleet.streams:,} streams reasoned: time to"
+        f" first reasoning token (TTFR) p50 {format_seconds(fleet.ttfr_p50_s)},"
+        f" p99 {format_seconds(fleet.ttfr_p99_s)}"
+    )
 
 
 def _describe(

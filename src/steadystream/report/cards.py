@@ -31,6 +31,9 @@ _CARDS = (
     ("unstable_share", "stall-map"),
     ("stalls_per_1k_tokens", "stall-map"),
 )
+# After the TTFT cards where the run or its baseline reasoned: the wait for the first
+# reasoning token, apart from TTFT (the answer's first token).
+_REASONING_CARDS = (("ttfr_p50_s", "ttft"), ("ttfr_p99_s", "ttft"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +104,15 @@ class Card:
 
 
 def headline_cards(fleet: FleetMetrics, baseline: FleetMetrics | None = None) -> list[Card]:
-    """The cards of a report, in reading order."""
+    """The cards of a report, in reading order; TTFR's only where a stream reasoned."""
     threshold = format_duration(fleet.stall_threshold_s * 1e9)
     target = format_duration(fleet.ttft_target_s * 1e9)
+    shown = list(_CARDS)
+    if fleet.reasoning_streams or (baseline is not None and baseline.reasoning_streams):
+        after_ttft = shown.index(("ttft_p95_s", "ttft")) + 1
+        shown[after_ttft:after_ttft] = _REASONING_CARDS
     cards = []
-    for key, chart in _CARDS:
+    for key, chart in shown:
         info = FLEET_CATALOGUE[key]
         note = info.describe(threshold=threshold, target=target)
         before = None if baseline is None else getattr(baseline, key)

@@ -4,7 +4,7 @@ Every recorded stream is simulated through every pacer (:func:`simulate_run`, ba
 included), and the run is measured before and after with the metrics of docs/metrics.md.
 Per pacer:
 
-- added TTFT: paced minus recorded time to first token, per stream (p50, p99);
+- added TTFT: paced minus recorded time to first visible token, per stream (p50, p99);
 - tail delay: paced minus recorded time of the last text event, per stream (p50, p99): how
   long the end of the answer was held back;
 - the run's scorecard after pacing: p99 of the per-stream p99 gap, p99 of the per-stream
@@ -192,13 +192,16 @@ def _or_inf(value: float | None) -> float:
 def _text_span(
     timelines: Sequence[Timeline],
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Per stream, the time of the first and of the last text event (NaN: no text)."""
+    """Per stream, the time of the first visible token (TTFT: reasoning is not one) and of
+    the last text event (NaN: none)."""
     first = np.full(len(timelines), np.nan)
     last = np.full(len(timelines), np.nan)
     for index, timeline in enumerate(timelines):
+        answer = timeline.times[timeline.visible_mask]
+        if len(answer):
+            first[index] = answer[0]
         times = timeline.times[timeline.text_mask]
         if len(times):
-            first[index] = times[0]
             last[index] = times[-1]
     return first, last
 
