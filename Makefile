@@ -47,7 +47,7 @@ COVERAGE_FLOOR := 95.0
 # runs it in one process. The few tests that hold real gaps to a few milliseconds (marked
 # serial: a loaded machine defers loopback delivery) run after the rest, alone.
 TEST_WORKERS ?= 4
-unit: $(STAMP) $(COMPILED) $(REAL)
+unit: $(STAMP) $(COMPILED) $(REAL) $(LLAMA_SERVER)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" --cov --cov-report=
 	$(BIN)/pytest -m serial -q --cov --cov-append --cov-fail-under=$(COVERAGE_FLOOR)
 
@@ -62,7 +62,34 @@ $(REAL): $(STAMP) pyproject.toml constraints.txt
 	$(MAKE) --no-print-directory system-parts
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet \
 		-c constraints.txt -e '.[real]'
+	$(MAKE) --no-print-directory llama-server
 	touch $(REAL)
+
+# llama.cpp's own server (llama-server), which serves /v1/responses and /v1/messages besides
+# chat: built with CMake from the llama.cpp sources that llama-cpp-python's sdist carries
+# (the version constraints.txt pins), once per machine, into the user's cache (about 10
+# minutes on two cores). tests/support/real_parts.py finds it there, or where
+# STEADYSTREAM_LLAMA_SERVER says.
+LLAMA_VERSION := $(shell sed -n 's/^llama_cpp_python==//p' constraints.txt)
+LLAMA_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/steadystream/llama-server-$(LLAMA_VERSION)
+LLAMA_SERVER := $(LLAMA_CACHE)/llama-server
+.PHONY: llama-server
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(STAMP)
+	rm -rf $(LLAMA_CACHE)/work && mkdir -p $(LLAMA_CACHE)/work
+	$(BIN)/python -m pip download --quiet --no-deps --no-binary :all: \
+		llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_CACHE)/work
+	tar xzf $(LLAMA_CACHE)/work/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAMA_CACHE)/work
+	cmake -S $(LLAMA_CACHE)/work/llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp \
+		-B $(LLAMA_CACHE)/work/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+		-DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF > $(LLAMA_CACHE)/work/cmake.log
+	cmake --build $(LLAMA_CACHE)/work/build --target llama-server -j$$(nproc) \
+		> $(LLAMA_CACHE)/work/build.log
+	cp $(LLAMA_CACHE)/work/build/bin/llama-server $(LLAMA_SERVER).part
+	mv $(LLAMA_SERVER).part $(LLAMA_SERVER)
+	rm -rf $(LLAMA_CACHE)/work
 
 # nginx and prometheus from Debian when either is missing (as root with apt, as on CI's
 # fresh machines); anywhere else, say what to install. The tests start their own instances

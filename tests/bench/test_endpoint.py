@@ -6,7 +6,14 @@ import orjson
 import pytest
 
 from steadystream import SpecError
-from steadystream.bench.endpoint import Endpoint, headers_from, parse_header, redact
+from steadystream.bench.endpoint import (
+    ANTHROPIC_VERSION,
+    MESSAGES_MAX_TOKENS,
+    Endpoint,
+    headers_from,
+    parse_header,
+    redact,
+)
 from steadystream.bench.workload import RequestSpec
 
 SPEC = RequestSpec(0, ({"role": "system", "content": "a"}, {"role": "user", "content": "b"}), 32, 2)
@@ -111,3 +118,40 @@ def test_the_request_id_header_can_be_renamed_or_left_out() -> None:
         )  # fmt: skip
     with pytest.raises(SpecError, match="not a header name"):
         Endpoint("http://h/v1", "m", request_id_header="X Request")
+
+
+def test_a_responses_body_is_the_conversation_as_input_with_its_own_limit() -> None:
+    endpoint = Endpoint("http://h:1/v1", "m", kind="responses", ignore_eos=True)
+    assert endpoint.url == "http://h:1/v1/responses"
+    body = orjson.loads(endpoint.body(SPEC, 2))
+    assert body["input"] == [{"role": "system", "content": "a"}, {"role": "user", "content": "b"}]
+    assert body["max_output_tokens"] == 32
+    # Usage is always given at the end: nothing is asked, and nothing steps down.
+    assert not {"stream_options", "max_tokens", "messages", "ignore_eos"} & set(body)
+    assert not endpoint.steps_down
+    assert endpoint.max_tokens(SPEC) == 32
+    headers = endpoint.request_headers("r1")
+    assert "anthropic-version" not in headers
+
+
+def test_a_messages_body_takes_the_system_text_apart_and_always_a_limit() -> None:
+    endpoint = Endpoint("http://h:1/v1", "m", kind="messages", api_key="sk-secret")
+    assert endpoint.url == "http://h:1/v1/messages"
+    body = orjson.loads(endpoint.body(SPEC, 2))
+    assert body["system"] == "a"
+    assert body["messages"] == [{"role": "user", "content": "b"}]
+    assert body["max_tokens"] == 32
+    unlimited = RequestSpec(0, ({"role": "user", "content": "b"},), None, 1)
+    assert orjson.loads(endpoint.body(unlimited, 0))["max_tokens"] == MESSAGES_MAX_TOKENS
+    assert endpoint.max_tokens(unlimited) == MESSAGES_MAX_TOKENS
+    headers = endpoint.request_headers("r1")
+    assert headers["x-api-key"] == "sk-secret"
+    assert "Authorization" not in headers
+    assert headers["anthropic-version"] == ANTHROPIC_VERSION
+    assert endpoint.shown_headers() == ["x-api-key: ***"]
+    assert "sk-secret" not in repr(endpoint)
+
+
+def test_an_unknown_api_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(SpecError, match="chat, completions, responses, messages"):
+        Endpoint("http://h:1/v1", "m", kind="soap")

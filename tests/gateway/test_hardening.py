@@ -33,11 +33,11 @@ def plain(upstream: HostileUpstream, name: str = "any") -> dict[str, Any]:
 
 def test_unknown_paths_and_methods_answer_openai_style_json(upstream: HostileUpstream) -> None:
     with GatewayServer(gateway_config(plain(upstream))) as gw:
-        missing_status, missing = get(gw.url, "/v1/embeddings")
+        missing_status, missing = get(gw.url, "/v1/assistants")
         wrong_status, wrong = get(gw.url, "/v1/chat/completions")
     assert missing_status == 404
     assert orjson.loads(missing)["error"]["code"] == "not_found"
-    assert "/v1/embeddings" in orjson.loads(missing)["error"]["message"]
+    assert "/v1/assistants" in orjson.loads(missing)["error"]["message"]
     assert wrong_status == 405
     assert orjson.loads(wrong)["error"]["code"] == "method_not_allowed"
 

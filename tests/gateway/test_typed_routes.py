@@ -11,8 +11,11 @@ import anthropic
 import openai
 import orjson
 import pytest
+from anthropic.types import ErrorResponse
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
 
-from steadystream import EventKind, Outcome
+from steadystream import ConfigError, EventKind, Outcome
 from steadystream.gateway import GatewayServer
 from steadystream.protocol import new_decoder
 from tests.support.gateway import (
@@ -20,6 +23,7 @@ from tests.support.gateway import (
     Streamed,
     connect,
     gateway_config,
+    get,
     post,
     raw_request,
     read_until,
@@ -146,6 +150,14 @@ def test_a_stream_that_fails_mid_way_ends_with_one_error_in_its_own_shape(
     if path == "/responses":
         numbers = [e["sequence_number"] for e in events]
         assert numbers == sorted(set(numbers))  # on from the last the client got
+        # The gateway's own events as the SDK's types have them; the failed response is the
+        # one created (the scripted upstream's own are not whole: not checked).
+        for event in errors:
+            TypeAdapter(ResponseStreamEvent).validate_python(event)
+        assert events[-1]["response"]["id"] == events[0]["response"]["id"]
+    else:
+        for event in errors:
+            ErrorResponse.model_validate(event, strict=False)
     assert text_of(events) == "".join(WORDS[: 5 if script == "stall" else 3])
     _, down = sink.edges(request_id)
     assert down.outcome is Outcome.ERROR
@@ -154,8 +166,10 @@ def test_a_stream_that_fails_mid_way_ends_with_one_error_in_its_own_shape(
 def test_the_openai_sdk_reads_a_responses_stream_through_the_gateway(
     primary: TypedUpstream,
 ) -> None:
-    with GatewayServer(gateway_config(entry(primary))) as gw:
-        client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0)
+    with (
+        GatewayServer(gateway_config(entry(primary))) as gw,
+        openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0) as client,
+    ):
         deltas = [
             event.delta
             for event in client.responses.create(model="m", input="hi", stream=True)
@@ -174,10 +188,12 @@ def test_the_openai_sdk_reads_a_responses_stream_through_the_gateway(
 def test_the_anthropic_sdk_reads_a_messages_stream_through_the_gateway(
     primary: TypedUpstream,
 ) -> None:
-    with GatewayServer(gateway_config(entry(primary))) as gw:
-        client = anthropic.Anthropic(
+    with (
+        GatewayServer(gateway_config(entry(primary))) as gw,
+        anthropic.Anthropic(
             base_url=gw.base_url.removesuffix("/v1"), api_key="unused", max_retries=0
-        )
+        ) as client,
+    ):
         asked = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
         with client.messages.stream(**asked) as stream:  # type: ignore[arg-type]
             text = "".join(stream.text_stream)
@@ -214,8 +230,77 @@ def test_a_bad_request_is_refused_naming_the_field(
     with GatewayServer(gateway_config(entry(primary))) as gw:
         refused = post(gw.base_url, path, body)
     assert refused.status == 400
-    assert refused.json()["error"]["param"] == param
+    error = refused.json()
+    if path == "/responses":  # OpenAI's shape
+        assert error["error"]["param"] == param
+    else:  # Anthropic's: no param, the field first in the message
+        assert error["type"] == "error"
+        assert error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["message"].startswith(f"{param}: ")
+        assert set(error["error"]) == {"type", "message"}
     assert len(primary.requests) == seen  # nothing went upstream
+
+
+def test_every_refusal_on_messages_is_in_anthropics_shape_for_its_sdk(
+    primary: TypedUpstream, down: TypedUpstream
+) -> None:
+    env = {"WEB_KEY": "gw-web-key-0123456789"}
+    config = gateway_config(
+        entry(primary, models=["m", "small"]),
+        {"name": "gone", "base_url": "http://127.0.0.1:9/v1", "models": ["unreachable"]},
+        entry(down, models=["busy"]),
+        tenants=[
+            {
+                "name": "web",
+                "api_key_env": ["WEB_KEY"],
+                "models": ["m", "busy", "unreachable", "nowhere"],
+            }
+        ],
+        limits={"max_body_bytes": 2048},
+    )
+    asked: Any = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    cases: list[tuple[type[anthropic.APIStatusError], str, Any]] = [
+        (anthropic.BadRequestError, "invalid_request_error", {**asked, "max_tokens": 0}),
+        (anthropic.PermissionDeniedError, "permission_error", {**asked, "model": "small"}),
+        (anthropic.NotFoundError, "not_found_error", {**asked, "model": "nowhere"}),
+        (anthropic.ContentTooLargeError, "request_too_large", {**asked, "system": "x" * 4096}),
+        (anthropic.OverloadedError, "overloaded_error", {**asked, "model": "busy"}),
+        (anthropic.InternalServerError, "api_error", {**asked, "model": "unreachable"}),
+    ]
+    raised = []
+    with GatewayServer(config, env=env) as gw:
+        base = gw.base_url.removesuffix("/v1")
+        with (
+            anthropic.Anthropic(
+                base_url=base, api_key=None, auth_token=env["WEB_KEY"], max_retries=0
+            ) as sdk,
+            anthropic.Anthropic(
+                base_url=base, api_key=None, auth_token="wrong", max_retries=0
+            ) as stranger,
+        ):
+            for kind, error_type, body in cases:
+                with pytest.raises(kind) as caught:
+                    sdk.messages.create(**body)
+                error = caught.value
+                raised.append((error.status_code, error.api_message))
+                assert error.type == error_type
+            with pytest.raises(anthropic.AuthenticationError) as unknown:
+                stranger.messages.create(**asked, stream=True)
+            with pytest.raises(anthropic.BadRequestError) as streamed:
+                sdk.messages.create(**{**asked, "max_tokens": None}, stream=True)
+            with pytest.raises(anthropic.OverloadedError) as refused_stream:
+                sdk.messages.create(**{**asked, "model": "busy"}, stream=True)
+        status, answer = get(gw.base_url, "/v1/messages", {"Authorization": "Bearer x"})
+    assert [status for status, _ in raised] == [400, 403, 404, 413, 529, 502]
+    assert raised[0][1] == "max_tokens: required, an integer of at least 1"
+    assert str(raised[2][1]).startswith("model: 'nowhere' is not served")
+    assert unknown.value.type == "authentication_error"
+    assert unknown.value.api_message == "unknown gateway key"
+    assert str(streamed.value.api_message).startswith("max_tokens: ")
+    assert refused_stream.value.type == "overloaded_error"  # the upstream's 529, streamed
+    assert "busy" in str(refused_stream.value.api_message)
+    assert status == 405
+    assert orjson.loads(answer)["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(
@@ -239,3 +324,42 @@ def test_a_client_that_leaves_mid_stream_closes_the_upstream_stream(
         wait_for(lambda: upstream.left_early or None, what="the upstream stream to be closed")
         _, down = sink.edges(request_id)
     assert down.outcome is Outcome.CANCELLED
+
+
+def test_a_messages_client_brings_its_gateway_key_where_the_anthropic_sdk_puts_it(
+    primary: TypedUpstream,
+) -> None:
+    """x-api-key is the gateway key on Anthropic's paths; upstream, the upstream's own key
+    goes in both headers, with the client's anthropic-version, and the client's key never."""
+    config = gateway_config(
+        entry(primary, api_key_env="UPSTREAM_KEY"),
+        tenants=[{"name": "claude-users", "api_key_env": ["GATEWAY_KEY"]}],
+    )
+    env = {"UPSTREAM_KEY": "sk-upstream-0123456789", "GATEWAY_KEY": "gw-client-9876543210"}
+    with GatewayServer(config, env=env) as gw:
+        root = gw.base_url.removesuffix("/v1")
+        client = anthropic.Anthropic(base_url=root, api_key=env["GATEWAY_KEY"], max_retries=0)
+        stranger = anthropic.Anthropic(base_url=root, api_key="gw-wrong-key", max_retries=0)
+        asked = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+        with client:
+            answer = client.messages.create(**asked)  # type: ignore[call-overload]
+        with stranger, pytest.raises(anthropic.AuthenticationError):
+            stranger.messages.create(**asked)  # type: ignore[call-overload]
+        sdk_sent = primary.headers[-1]
+        bare = post(gw.base_url, "/messages", MESSAGES, {"x-api-key": env["GATEWAY_KEY"]})
+        bare_sent = primary.headers[-1]
+    assert answer.content[0].text == ANSWER  # type: ignore[union-attr]
+    assert bare.status == 200
+    for sent in (sdk_sent, bare_sent):
+        assert sent["x-api-key"] == env["UPSTREAM_KEY"]
+        assert sent["authorization"] == f"Bearer {env['UPSTREAM_KEY']}"
+    assert sdk_sent["anthropic-version"]  # the SDK's own, passed on
+    assert bare_sent["anthropic-version"] == "2023-06-01"  # a client that sent none
+    assert env["GATEWAY_KEY"] not in repr(primary.headers)
+
+
+def test_x_api_key_is_the_gateways_own_header() -> None:
+    with pytest.raises(ConfigError, match="x-api-key"):
+        gateway_config(
+            {"name": "u", "base_url": "http://127.0.0.1:9/v1", "forward_headers": ["x-api-key"]}
+        )

@@ -12,7 +12,14 @@ from collections.abc import Iterator
 import pytest
 
 from steadystream._processes import free_port
-from tests.support.real_parts import INSTALL_HINT, LLAMA_MODEL, Child, llama_model_path, running
+from tests.support.real_parts import (
+    INSTALL_HINT,
+    LLAMA_MODEL,
+    Child,
+    llama_model_path,
+    llama_server_binary,
+    running,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,4 +44,19 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Child]:
     ]  # fmt: skip
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with running(command, url=f"http://127.0.0.1:{port}", ready_path="/v1/models", log=log) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Child]:
+    """llama.cpp's own server (``make llama-server``) serving Gemma 3 270M: chat, the
+    Responses API and the Messages API from one engine."""
+    port = free_port()
+    command = [
+        llama_server_binary(), "--model", llama_model_path(), "--alias", LLAMA_MODEL,
+        "--host", "127.0.0.1", "--port", str(port), "--ctx-size", "2048", "--threads", "2",
+        "--parallel", "2", "--no-webui",
+    ]  # fmt: skip
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with running(command, url=f"http://127.0.0.1:{port}", ready_path="/health", log=log) as c:
         yield c

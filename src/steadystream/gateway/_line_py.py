@@ -6,7 +6,8 @@ The path of a chunk, one route for every read of every upstream (docs/gateway.md
       └─ StampedConnection (stamped/): read with its kernel stamp, TLS, HTTP (httptools)
            └─ StreamLine.feed(stamp, body), in the socket's read callback:
                 cut (SSE) and what each event is (the dialect): EventCutter
-                a fallback's events rewritten to fit the stream (FallbackRewriter)
+                a fallback's events rewritten to fit the stream (FallbackRewriter), or
+                  translated into the client's API (gateway/translation)
                 gateway-upstream record, watchdog, failover progress
                 to the client at once while it keeps up (RawOutlet.try_write), else into
                 the bounded buffer for the writer task; a full buffer pauses the reads
@@ -31,7 +32,7 @@ from steadystream._exceptions import ProtocolError
 from steadystream._types import TEXT_KINDS, EventKind
 from steadystream.gateway.attempt import Attempt, EventCut, after_finish
 from steadystream.gateway.context import Out, StreamContext
-from steadystream.gateway.events import Failure, FallbackRewriter, Piece, ReadResult
+from steadystream.gateway.events import Failure, Piece, ReadResult, Rewriter
 from steadystream.gateway.failover import Cause
 from steadystream.gateway.watchdog import Watchdog
 from steadystream.gateway.writers import RawOutlet
@@ -230,7 +231,7 @@ class StreamLine:
         self._wake_guard = ctx.wake_guard
         self._attempt: Attempt | None = None
         self._cutter: EventCut | None = None
-        self._rewriter: FallbackRewriter | None = None
+        self._rewriter: Rewriter | None = None
         self._watchdog: Watchdog | None = None
         self._usage_base = 0
         self._pause, self._resume = _NO_READS
@@ -270,19 +271,24 @@ class StreamLine:
         result = cutter.feed(data)
         self._arrived(attempt, cutter, stamp, result)
         pieces = result.pieces
+        sent = pieces
         rewriter = self._rewriter
         if pieces and rewriter is not None:
             kept = _rewrite(rewriter, pieces)
             if kept is None:
-                attempt.end(Failure(Cause.DIVERGED, "the regenerated answer diverged"))
+                attempt.end(rewriter.failure)  # (a piece is dropped for a reason)
                 return True
             pieces = kept
-            payload = b"".join([piece.raw for piece in kept])
+            # A rewritten piece with no bytes (a translated usage chunk) counts for the
+            # watchdog and the progress, but nothing of it goes to the client.
+            sent = [piece for piece in kept if piece.raw]
+            payload = b"".join([piece.raw for piece in sent])
         else:
             payload = result.data
         if pieces:
             self._advance(attempt, watchdog, stamp, pieces)
-            self._hand_over(watchdog, Out(payload, pieces), stamp)
+            if sent:
+                self._hand_over(watchdog, Out(payload, sent), stamp)
         failure = result.failure
         if failure is not None:
             if watchdog.finished and failure.cause is not Cause.DIVERGED:
@@ -361,12 +367,12 @@ class StreamLine:
             self._resume()
 
 
-def _rewrite(rewriter: FallbackRewriter, pieces: list[Piece]) -> list[Piece] | None:
+def _rewrite(rewriter: Rewriter, pieces: list[Piece]) -> list[Piece] | None:
     kept: list[Piece] = []
     for piece in pieces:
         out = rewriter.rewrite(piece)
-        if rewriter.diverged:
-            return None
         if out is not None:
             kept.append(out)
+        elif rewriter.failure is not None:
+            return None
     return kept

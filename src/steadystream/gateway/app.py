@@ -1,14 +1,17 @@
 """The gateway's HTTP face: an OpenAI-compatible Starlette app.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
-``GET /v1/models``, ``GET /healthz``, ``GET /metrics``, and the glass probe
-(``GET /steadystream/glass.js``, ``POST /steadystream/glass``: gateway/glass.py). Clients
-change only their base URL; browsers on other origins are let in as ``cors`` says
-(gateway/cors.py). Anything else gets an OpenAI-style JSON error (404, 405), as the SDKs
-expect. With tenants configured, ``/metrics`` and ``/healthz`` need a gateway key too unless
-``server.metrics_auth`` is off: they name tenants, models and upstreams.
+Routes: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` and
+``/v1/messages`` (streaming or not), the few JSON calls passed through whole
+(gateway/passthrough.py: embeddings, moderations, token counts), ``GET /v1/models``,
+``GET /healthz``, ``GET /metrics``, and the glass probe (``GET /steadystream/glass.js``,
+``POST /steadystream/glass``: gateway/glass.py). Clients change only their base URL;
+browsers on other origins are let in as ``cors`` says (gateway/cors.py). Anything else gets
+a JSON error (404, 405), as the SDKs expect. With tenants configured, ``/metrics`` and
+``/healthz`` need a gateway key too unless ``server.metrics_auth`` is off: they name tenants,
+models and upstreams.
 
-Every generation request is checked in this order, each failure an OpenAI-style error:
+Every generation request is checked in this order, each failure an error in the shape its
+API's SDK reads (Anthropic's on ``/v1/messages``, OpenAI's elsewhere: requests.error_shape):
 gateway key (401), body size (413), body and fields (400 naming the field), model allowed
 for the tenant (403), model served by an upstream (404), pacer header (400). Then it is
 handed to :class:`~steadystream.gateway.relay.StreamRelay` or
@@ -17,7 +20,6 @@ handed to :class:`~steadystream.gateway.relay.StreamRelay` or
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import tempfile
@@ -36,31 +38,36 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from steadystream._api_errors import is_client_id
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import ConfigError, SpecError, UpstreamError
-from steadystream.gateway.auth import Authenticator, Tenant
+from steadystream.gateway.auth import Authenticator, Tenant, gateway_key
 from steadystream.gateway.config import CorsConfig, GatewayConfig, ServerConfig
 from steadystream.gateway.cors import CorsLayer
 from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
 from steadystream.gateway.glass import gateway_glass_routes, glass_cors, glass_tokens
 from steadystream.gateway.model_labels import ModelLabels
+from steadystream.gateway.passthrough import PASSTHROUGH_ROUTES, Passthrough
 from steadystream.gateway.recording import StreamRecord, TimelineRecorder, TimelineSink
 from steadystream.gateway.relay import StreamRelay
 from steadystream.gateway.requests import (
     ApiError,
     ProxyRequest,
     error_response,
-    new_request_id,
+    error_shape,
+    model_not_served,
     parse_request,
+    read_request_body,
+    request_id_of,
 )
 from steadystream.gateway.requests import (
     Route as RouteName,
 )
 from steadystream.gateway.state import GatewayState
+from steadystream.gateway.translation import able_upstreams
 from steadystream.gateway.upstream_metrics import scraping_upstreams
-from steadystream.gateway.upstreams import UpstreamPool, open_session
+from steadystream.gateway.upstreams import ANTHROPIC_HEADERS, UpstreamPool, open_session
 from steadystream.gateway.whole import WholeRelay
+from steadystream.protocol.apis import API_PATHS
 from steadystream.shaping import Pacer, parse_spec
 from steadystream.shaping.base import check_watermarks
 
@@ -161,6 +168,10 @@ def create_app(
     }
     routes = [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in generation.items()),
+        *(
+            Route(path, Passthrough(state, path, label), methods=["POST"])
+            for path, label in PASSTHROUGH_ROUTES.items()
+        ),
         Route("/v1/models", _models(state), methods=["GET"]),
         Route("/healthz", _guarded(state, _health(state)), methods=["GET"]),
         Route("/metrics", _guarded(state, _metrics(state)), methods=["GET"]),
@@ -232,35 +243,30 @@ def _check_pacers(config: GatewayConfig) -> None:
 
 
 class _Generation:
-    """``POST /v1/chat/completions`` or ``/v1/completions``, as an ASGI endpoint."""
+    """``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` or
+    ``/v1/messages``, as an ASGI endpoint."""
 
     def __init__(self, state: GatewayState, route: RouteName) -> None:
         self.state = state
         self.route: RouteName = route
+        self.shape = error_shape(API_PATHS[route])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         received = state.clock.now_ns()
         request = Request(scope, receive)
-        given = request.headers.get("x-request-id")
-        request_id = given if given and is_client_id(given) else new_request_id()
+        request_id = request_id_of(request)
         headers = {"x-request-id": request_id}
         tenant_name = "unknown"
         try:
-            tenant = state.auth.tenant_for(request.headers.get("authorization"))
+            tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
             tenant_name = tenant.name
-            raw = await _read_body(request, state.config)
+            raw = await read_request_body(request, state.config)
             proxy = parse_request(raw, self.route)
             state.auth.check_model(tenant, proxy.model)
-            candidates = state.pool.candidates(proxy.model)
+            candidates = able_upstreams(proxy, state.pool.candidates(proxy.model))
             if not candidates:
-                served = ", ".join(state.pool.models()) or "none listed"
-                raise ApiError(
-                    404,
-                    f"model {proxy.model!r} is not served by any upstream (served: {served})",
-                    param="model",
-                    code="model_not_found",
-                )
+                raise model_not_served(proxy.model, state.pool.models())
             pacer = self._pacer(request, tenant, proxy)
         except ClientDisconnect:
             # The client left before its body was in: nobody to answer, nothing to trace.
@@ -269,7 +275,7 @@ class _Generation:
             return
         except ApiError as exc:
             state.metrics.errors.labels(self.route, tenant_name, exc.code or "bad_request").inc()
-            await exc.response(headers)(scope, receive, send)
+            await exc.response(headers, self.shape)(scope, receive, send)
             return
         record = StreamRecord(
             request_id,
@@ -283,6 +289,7 @@ class _Generation:
         )
         record.meta["pacer"] = None if pacer is None else repr(pacer)
         forward = {name for upstream in candidates for name in upstream.forward_headers}
+        forward.update(ANTHROPIC_HEADERS)  # (sent on to Messages upstreams only)
         client_headers = {n: v for n in forward if (v := request.headers.get(n)) is not None}
         if proxy.stream:
             relay = StreamRelay(
@@ -318,41 +325,18 @@ class _Generation:
         return None if pacer.name == "passthrough" else pacer
 
 
-async def _read_body(request: Request, config: GatewayConfig) -> bytes:
-    """The body, at most ``limits.max_body_bytes``, within ``server.body_timeout``."""
-    limit = config.limits.max_body_bytes
-    declared = request.headers.get("content-length")
-    too_large = ApiError(
-        413, f"the request body is larger than {limit} bytes", code="request_too_large"
-    )
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(config.server.body_timeout / 1e9):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise too_large
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        raise ApiError(
-            408, "the request body did not arrive in time (server.body_timeout)", code="timeout"
-        ) from exc
-    return b"".join(chunks)
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no such route, wrong method) in OpenAI's shape."""
+    """Starlette's own refusals (no such route, wrong method), in the path's error shape."""
     assert isinstance(exc, HTTPException)
+    path = request.url.path
+    shape = error_shape(path)
     if exc.status_code == 404:
-        message = f"no such route: {request.method} {request.url.path}"
-        return error_response(404, message, None, "invalid_request_error", "not_found")
-    message = f"{request.method} is not allowed on {request.url.path}"
+        message = f"no such route: {request.method} {path}"
+        return error_response(404, message, None, "invalid_request_error", "not_found", shape=shape)
+    message = f"{request.method} is not allowed on {path}"
     return error_response(
         exc.status_code, message, None, "invalid_request_error", "method_not_allowed",
-        headers=dict(exc.headers or {}),
+        headers=dict(exc.headers or {}), shape=shape,
     )  # fmt: skip
 
 
@@ -363,7 +347,7 @@ def _guarded(state: GatewayState, endpoint: _Endpoint) -> _Endpoint:
 
     async def guarded(request: Request) -> Response:
         try:
-            state.auth.tenant_for(request.headers.get("authorization"))
+            state.auth.tenant_for(gateway_key(request.headers, request.url.path))
         except ApiError as exc:
             return exc.response()
         return await endpoint(request)
@@ -378,7 +362,7 @@ def _json(data: object, status: int = 200) -> Response:
 def _models(state: GatewayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
         try:
-            tenant = state.auth.tenant_for(request.headers.get("authorization"))
+            tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
         except ApiError as exc:
             return exc.response()
         names = dict.fromkeys(state.pool.models())

@@ -20,7 +20,7 @@ from steadystream._exceptions import (
     UpstreamTimeoutError,
 )
 from steadystream.gateway.config import UpstreamConfig
-from steadystream.gateway.events import Failure, FallbackRewriter, Piece, ReadResult
+from steadystream.gateway.events import Failure, Piece, ReadResult, Rewriter
 from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
@@ -84,7 +84,7 @@ class Attempt:
         self.request_id = request_id
         self.watchdog = watchdog
         self.cutter = cutter  # the events of its body (gateway/line.py)
-        self.rewriter: FallbackRewriter | None = None
+        self.rewriter: Rewriter | None = None  # a fallback's, or a translation's
         self.response: StampedConnection | None = None
         self.task: asyncio.Task[Failure | None] | None = None
         self.failure: Failure | None = None  # set by the guard when it stops the reader

@@ -18,7 +18,7 @@ from steadystream._api_errors import ApiError
 from steadystream._exceptions import ConfigError
 from steadystream.gateway.config import GatewayConfig
 
-__all__ = ["OPEN_TENANT", "AuthError", "Authenticator", "Tenant"]
+__all__ = ["OPEN_TENANT", "AuthError", "Authenticator", "Tenant", "gateway_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +119,15 @@ class Authenticator:
                 f"tenant {tenant.name!r} may not use model {model!r} (allowed: {allowed})",
                 "model_not_allowed",
             )
+
+
+def gateway_key(headers: Mapping[str, str], path: str) -> str | None:
+    """What a request says its gateway key is: its ``Authorization``, or, on Anthropic's
+    paths (``/v1/messages``...), its ``x-api-key`` as a bearer key: where the Anthropic SDK
+    puts it. (``x-api-key`` is the gateway's own header: it never goes upstream as it came.)"""
+    authorization = headers.get("authorization")
+    if authorization is None and path.startswith("/v1/messages"):
+        key = headers.get("x-api-key")
+        if key:
+            return f"Bearer {key}"
+    return authorization

@@ -21,18 +21,18 @@ from steadystream._exceptions import (
     UpstreamStreamError,
 )
 from steadystream._types import Outcome
-from steadystream.gateway.config import UpstreamConfig
+from steadystream.gateway.config import FailoverConfig, UpstreamConfig
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.gateway.events import Failure
 from steadystream.gateway.failover import Action
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.refusal import send_refusal
-from steadystream.gateway.requests import ProxyRequest
+from steadystream.gateway.requests import ProxyRequest, error_shape
 from steadystream.gateway.state import GatewayState, labels_of
 from steadystream.gateway.upstreams import ResponseTooLargeError
 from steadystream.protocol.apis import API_PATHS
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "retryable"]
 
 
 class Relay:
@@ -129,12 +129,7 @@ class Relay:
 
     def retryable(self, error: UpstreamError) -> bool:
         """Whether a refusal before anything was sent may go to the next upstream."""
-        failover = self.state.config.failover
-        if not failover.before_first_token or isinstance(error, ResponseTooLargeError):
-            return False
-        if isinstance(error, UpstreamStatusError):
-            return error.status in failover.retry_statuses
-        return isinstance(error, UpstreamConnectError | UpstreamStreamError)
+        return retryable(error, self.state.config.failover)
 
     def note_failover(
         self,
@@ -177,4 +172,16 @@ class Relay:
 
     async def refuse(self, send: Send, error: UpstreamError) -> None:
         """Pass the last upstream refusal on, before anything else was sent."""
-        await send_refusal(send, self.state, self.record, error)
+        shape = error_shape(API_PATHS[self.request.route])  # the client's API, not the upstream's
+        await send_refusal(send, self.state, self.record, error, shape)
+
+
+def retryable(error: UpstreamError, failover: FailoverConfig) -> bool:
+    """Whether an upstream's failure before the client got anything may go to the next
+    upstream: a connection not made, a body broken off, or a status of ``retry_statuses``;
+    never an answer too large (another upstream would give as much)."""
+    if not failover.before_first_token or isinstance(error, ResponseTooLargeError):
+        return False
+    if isinstance(error, UpstreamStatusError):
+        return error.status in failover.retry_statuses
+    return isinstance(error, UpstreamConnectError | UpstreamStreamError)

@@ -31,6 +31,7 @@ from pydantic import (
 from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_size
 from steadystream._validation import Duration, Workers, describe_errors, usable_cores
+from steadystream.protocol.apis import Api
 
 __all__ = [
     "CorsConfig",
@@ -76,6 +77,7 @@ _OWNED_HEADERS = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
+        "x-api-key",
     }
 )
 
@@ -178,12 +180,33 @@ class UpstreamConfig(_Section):
         "X-Request-Id", description="header carrying the request id upstream; null: none"
     )
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
+    dialects: tuple[Api, ...] | None = Field(
+        None,
+        description="the APIs it speaks; null: whatever the client used (passthrough). A"
+        " Responses or Messages client is translated into chat for an upstream that lists chat"
+        " and not the client's",
+    )
 
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
+        return value
+
+    @field_validator("dialects")
+    @classmethod
+    def _some_dialects(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError(
+                "name at least one of chat, completions, responses, messages (or leave it out:"
+                " the upstream speaks whatever the client does)"
+            )
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named twice")
         return value
 
     @field_validator("headers", "forward_headers")

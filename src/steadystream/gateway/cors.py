@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from steadystream._api_errors import error_response
 from steadystream.gateway.config import CorsConfig, ServerConfig
 from steadystream.gateway.hosts import ServedHosts
+from steadystream.gateway.requests import error_shape
 
 __all__ = ["CorsLayer"]
 
@@ -84,6 +85,7 @@ class CorsLayer:
                 "Host",
                 "invalid_request_error",
                 "host_not_allowed",
+                shape=error_shape(scope["path"]),
             )
             await response(scope, receive, send)
             return
@@ -110,5 +112,6 @@ class CorsLayer:
             "Origin",
             "permission_error",
             "origin_not_allowed",
+            shape=error_shape(scope["path"]),
         )
         await response(scope, receive, send)

@@ -15,7 +15,7 @@ what the client already has is cut out.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -36,6 +36,7 @@ __all__ = [
     "FallbackRewriter",
     "Piece",
     "ReadResult",
+    "Rewriter",
     "delivered_usage",
 ]
 
@@ -110,6 +111,23 @@ def delivered_usage(usage: dict[str, Any], committed: int) -> dict[str, Any]:
     return out
 
 
+class Rewriter(Protocol):
+    """What an attempt's events go through on their way to the client, one by one, when they
+    cannot go as they came: a fallback's (:class:`FallbackRewriter`), or a translation into
+    the client's API (gateway/translation)."""
+
+    def rewrite(self, piece: Piece) -> Piece | None:
+        """The piece to relay (its ``raw`` what the client gets; b"": nothing), None to drop
+        it; check :attr:`failure` after a None."""
+
+    @property
+    def failure(self) -> Failure | None:
+        """Why the stream cannot go on (set with the None that dropped a piece)."""
+
+
+_DIVERGED = Failure(Cause.DIVERGED, "the regenerated answer diverged")
+
+
 class FallbackRewriter:
     """Makes a fallback upstream's events fit the stream the client is already reading.
 
@@ -181,6 +199,10 @@ class FallbackRewriter:
     def diverged(self) -> bool:
         return self._matcher is not None and self._matcher.diverged
 
+    @property
+    def failure(self) -> Failure | None:
+        return _DIVERGED if self.diverged else None
+
 
 class ChunkFormat:
     """The gateway's own events: paced pieces, in-band errors, keepalives, ``[DONE]``."""
@@ -216,24 +238,10 @@ class ChunkFormat:
         return encode_chunk(obj)
 
     @staticmethod
-    def error(message: str, code: str, route: str = "chat", sequence: int = -1) -> bytes:
+    def error(message: str, code: str, route: str = "chat") -> bytes:
         """An in-band error event in the route's own shape (what its SDK raises on): chat's
-        error chunk then ``[DONE]``; Responses' ``error`` then ``response.failed``, numbered
-        on from ``sequence`` (the last the client got); Messages' ``event: error``."""
-        if route == "responses":
-            error: dict[str, Any] = {
-                "type": "error",
-                "code": code,
-                "message": message,
-                "param": None,
-            }
-            failed = {
-                "type": "response.failed",
-                "response": {"status": "failed", "error": {"code": code, "message": message}},
-            }
-            return encode_event(error | {"sequence_number": sequence + 1}, "error") + encode_event(
-                failed | {"sequence_number": sequence + 2}, "response.failed"
-            )
+        error chunk then ``[DONE]``; Messages' ``event: error``. (Responses' needs the
+        response it ends: translation/responses.py, ``failed_after``.)"""
         if route == "messages":
             error = {
                 "type": "error",

@@ -191,6 +191,19 @@ class GatewayMetrics:
         self.active = Gauge(
             "steadystream_active_streams", "Requests in flight.", ["route"], registry=registry
         )
+        self.passthrough = Counter(
+            "steadystream_passthrough_requests",
+            "Requests passed through whole (embeddings, moderations, token counts), by the"
+            " status the client got; not streams.",
+            [*_STREAM, "status"],
+            registry=registry,
+        )
+        self.passthrough_failovers = Counter(
+            "steadystream_passthrough_failovers",
+            "Passed-through requests sent on to the next upstream, by the upstream that failed.",
+            ["route", "upstream"],
+            registry=registry,
+        )
         self._locked = [
             self.streams,
             self.stalls,
@@ -199,6 +212,8 @@ class GatewayMetrics:
             self.client_stuck,
             self.errors,
             self.active,
+            self.passthrough,
+            self.passthrough_failovers,
         ]
 
     def view(self) -> CollectorRegistry:

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from steadystream._api_errors import ApiError
 from steadystream._clock import NS_PER_S, Clock
 from steadystream._exceptions import ConfigError
+from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.config import CorsConfig, GatewayConfig
 from steadystream.gateway.recording import TimelineRecorder
 from steadystream.gateway.state import GatewayState
@@ -111,7 +112,7 @@ def gateway_glass_routes(state: GatewayState) -> list[Route]:
     where = _Destination(state)
 
     def admit(request: Request) -> Take:
-        tenant = state.auth.tenant_for(request.headers.get("authorization")).name
+        tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path)).name
         if state.recorder is None:
             raise ApiError(
                 403,

@@ -2,29 +2,30 @@
 
 The upstream's status goes through as it is (a 400 is the client's to fix, a 429 the
 client's to wait out); a connection that could not be made is a 502, one that sent no
-headers in time a 504. The message says which upstream and why, with keys scrubbed. A
-``Retry-After`` the upstream sent with its refusal (a 429, a 503) goes along, so the client's
-SDK waits as asked.
+headers in time a 504. The message says which upstream and why, with keys scrubbed, in the
+error shape the client's API reads (``shape``: Anthropic's on the Messages API, OpenAI's
+elsewhere). A ``Retry-After`` the upstream sent with its refusal (a 429, a 503) goes along,
+so the client's SDK waits as asked.
 """
 
 from __future__ import annotations
 
-import orjson
+from collections.abc import Callable
+
 from starlette.types import Send
 
+from steadystream._api_errors import ApiError, ErrorShape
 from steadystream._exceptions import UpstreamError, UpstreamStatusError, UpstreamTimeoutError
 from steadystream._types import Outcome
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.state import GatewayState
 from steadystream.gateway.upstreams import ResponseTooLargeError
 
-__all__ = ["send_refusal"]
+__all__ = ["refusal_headers", "send_refusal", "upstream_refusal"]
 
 
-async def send_refusal(
-    send: Send, state: GatewayState, record: StreamRecord, error: UpstreamError
-) -> None:
-    """Answer with ``error`` as an OpenAI-style error body, and note it."""
+def upstream_refusal(error: UpstreamError, redact: Callable[[str], str]) -> ApiError:
+    """The error the client gets for ``error``: its status and code, the message scrubbed."""
     if isinstance(error, UpstreamStatusError):
         status, code = error.status, f"upstream_{error.status}"
     elif isinstance(error, UpstreamTimeoutError):
@@ -33,21 +34,36 @@ async def send_refusal(
         status, code = 502, "upstream_response_too_large"
     else:
         status, code = 502, "upstream_unreachable"
-    message = state.pool.redact(str(error))
-    body = orjson.dumps(
-        {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
-    )
+    return ApiError(status, redact(str(error)), type="upstream_error", code=code)
+
+
+def refusal_headers(error: UpstreamError) -> dict[str, str]:
+    """The upstream's headers that go along with its refusal: a valid ``Retry-After``."""
+    if isinstance(error, UpstreamStatusError) and error.retry_after is not None:
+        return {"retry-after": error.retry_after}
+    return {}
+
+
+async def send_refusal(
+    send: Send,
+    state: GatewayState,
+    record: StreamRecord,
+    error: UpstreamError,
+    shape: ErrorShape = "openai",
+) -> None:
+    """Answer with ``error`` as an error body in ``shape``, and note it."""
+    refused = upstream_refusal(error, state.pool.redact)
+    body = refused.body(shape)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"x-request-id", record.request_id.encode()),
+        *((name.encode(), value.encode()) for name, value in refusal_headers(error).items()),
     ]
-    if isinstance(error, UpstreamStatusError) and error.retry_after is not None:
-        headers.append((b"retry-after", error.retry_after.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
     record.outcome = Outcome.ERROR
-    record.error = message
-    state.log.info("request %s: refused: %s", record.request_id, message)
+    record.error = refused.message
+    state.log.info("request %s: refused: %s", record.request_id, refused.message)
     labels = record.labels
-    state.metrics.errors.labels(labels["route"], labels["tenant"], code).inc()
+    state.metrics.errors.labels(labels["route"], labels["tenant"], refused.code).inc()

@@ -22,6 +22,7 @@ Shape of a stream (docs/gateway.md#streams)::
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from starlette.types import Scope, Send
@@ -40,11 +41,13 @@ from steadystream.gateway.line import StreamLine, line_build
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.requests import ProxyRequest
 from steadystream.gateway.state import GatewayState, labels_of
+from steadystream.gateway.translation import StreamTranslator, stream_translator, upstream_api
+from steadystream.gateway.translation.responses import failed_after
 from steadystream.gateway.upstreams import build_body
 from steadystream.gateway.watchdog import StallKind, Watchdog
 from steadystream.gateway.writers import RawOutlet, unsent_bytes, write_paced, write_raw
 from steadystream.protocol import Dialect
-from steadystream.protocol.apis import new_dialect
+from steadystream.protocol.apis import API_PATHS, Api, new_dialect
 from steadystream.protocol.responses import ResponsesDialect
 from steadystream.protocol.sse import DONE
 from steadystream.shaping import Pacer
@@ -92,6 +95,7 @@ class StreamRelay(Relay):
         self.line: StreamLine | None = None  # set once the response is committed
         self.build = line_build()  # the line's build this stream runs on (gateway/line.py)
         self.dialect: Dialect | None = None  # the current attempt's (_new_dialect)
+        self.translator: StreamTranslator | None = None  # the current attempt's, if translated
         self.transport: asyncio.WriteTransport | None = None  # the client's, when known
         self.guard = Guard(
             self.clock,
@@ -257,13 +261,17 @@ class StreamRelay(Relay):
             finish_ns=config.watchdog.finish_timeout,
         )
         info = self.begin_attempt(upstream, action)
+        route = self.request.route
+        api = upstream_api(upstream, route) or route  # (the app took only upstreams that can)
+        if api != route:
+            info["api"] = api  # translated: the API the upstream was called in
         attempt = Attempt(
             upstream,
             self.attempts - 1,
             info["request_id"],
             watchdog,
             self.build.EventCutter(
-                max_event_bytes=config.limits.max_event_bytes, dialect=self._new_dialect()
+                max_event_bytes=config.limits.max_event_bytes, dialect=self._new_dialect(api)
             ),
             choices=self.request.choices,
         )
@@ -274,7 +282,7 @@ class StreamRelay(Relay):
         try:
             response = await self.state.pool.post_stream(
                 upstream,
-                self.path,
+                API_PATHS[api],
                 body,
                 request_id=attempt.request_id,
                 client_headers=self.client_headers,
@@ -290,8 +298,22 @@ class StreamRelay(Relay):
             self.record.upstream.header_ns = info["header_ns"]
         attempt.response = response
         self.current = attempt
+        self.translator = None if api == route else self._translator()
+        attempt.rewriter = self.translator
         self.guard.poke()
         return attempt
+
+    def _translator(self) -> StreamTranslator:
+        """A new translator of a chat stream into the client's API (gateway/translation)."""
+        request = self.request
+        return stream_translator(
+            request.route,
+            self.record.request_id,
+            model=request.model,
+            created=int(time.time()),
+            request=request.body,
+            max_text=self.state.config.limits.max_response_bytes,
+        )
 
     async def _run(self, attempt: Attempt) -> None:
         """Relay ``attempt`` and whatever failovers follow, until the stream is over."""
@@ -381,16 +403,18 @@ class StreamRelay(Relay):
         )
         if self.request.choices != 1 and progress.first_token:
             decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
-        if self.request.typed and (progress.role_sent or progress.first_token):
+        translator = self.translator
+        started = translator is not None and translator.started
+        if self.request.typed and (progress.role_sent or progress.first_token or started):
             # Its events carry the response's id and numbers: a second stream's cannot follow.
             decision = Decision(
                 Action.ERROR, reason=f"a {self.request.route} stream is not failed over mid-way"
             )
         return decision
 
-    def _new_dialect(self) -> Dialect:
-        """The dialect an attempt's events are read in: the client's route's."""
-        self.dialect = new_dialect(self.request.route)
+    def _new_dialect(self, api: Api) -> Dialect:
+        """The dialect an attempt's events are read in: the API the upstream is called in."""
+        self.dialect = new_dialect(api)
         return self.dialect
 
     def waits_out_stall(self) -> bool:
@@ -483,15 +507,26 @@ class StreamRelay(Relay):
             message,
         )
         if not self.ctx.buffer.closed:
-            done = Out(ChunkFormat.end(self.request.route), [_DONE_PIECE])
+            translator = self.translator
+            if translator is None:
+                done = Out(ChunkFormat.end(self.request.route), [_DONE_PIECE])
+            else:  # the closing events the upstream's [DONE] would have brought
+                data = translator.end()
+                done = Out(data, [Piece(None, "", data, len(data))])
             await self.ctx.buffer.put(done, done.cost)
 
     async def _end_with_error(self, message: str, code: str) -> None:
         """End the committed stream with an OpenAI-style error event and ``[DONE]``."""
         message = self.state.pool.redact(message)
-        dialect = self.dialect
-        sequence = dialect.last_sequence_number if isinstance(dialect, ResponsesDialect) else -1
-        data = ChunkFormat.error(message, code, self.request.route, sequence)
+        translator = self.translator
+        if translator is not None:  # numbered on from what the translator sent
+            data = translator.error(message, code)
+        elif isinstance(self.dialect, ResponsesDialect):  # the upstream's own Responses stream
+            dialect = self.dialect
+            sequence = dialect.last_sequence_number
+            data = failed_after(dialect.envelope, self.request.body, sequence, message, code)
+        else:
+            data = ChunkFormat.error(message, code, self.request.route)
         piece = Piece(EventKind.ERROR, "", data, len(data))
         self.record.outcome = Outcome.ERROR
         self.record.error = message

@@ -1,19 +1,25 @@
-"""What a client asked for: the request body checked field by field, and errors in OpenAI's shape.
+"""What a client asked for: the request body read and checked field by field, and the shape
+its errors take.
 
-The body is kept as the client sent it (unknown fields go upstream untouched, as providers add
-them all the time); only the fields the gateway acts on are checked, and a bad one gets a 400
-whose ``param`` names it, as OpenAI's own API does.
+The body is read within ``limits.max_body_bytes`` (413) and ``server.body_timeout`` (408), and
+kept as the client sent it (unknown fields go upstream untouched, as providers add them all
+the time); only the fields the gateway acts on are checked, and a bad one gets a 400 whose
+``param`` names it, as OpenAI's own API does. Errors on the Messages API's paths are in
+Anthropic's shape, with the field at the start of the message (:func:`error_shape`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import orjson
+from starlette.requests import Request
 
-from steadystream._api_errors import ApiError, error_response
+from steadystream._api_errors import ApiError, ErrorShape, error_response, is_client_id, read_body
+from steadystream.gateway.config import GatewayConfig
 
 __all__ = [
     "TYPED_ROUTES",
@@ -21,8 +27,13 @@ __all__ = [
     "ProxyRequest",
     "Route",
     "error_response",
+    "error_shape",
+    "model_not_served",
     "new_request_id",
+    "parse_model_body",
     "parse_request",
+    "read_request_body",
+    "request_id_of",
 ]
 
 Route: TypeAlias = Literal["chat", "completions", "responses", "messages"]
@@ -35,6 +46,44 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 
 def new_request_id() -> str:
     return f"gw-{uuid.uuid4().hex}"
+
+
+def request_id_of(request: Request) -> str:
+    """The client's ``X-Request-Id`` when it may be used as given (:func:`is_client_id`),
+    else a new one."""
+    given = request.headers.get("x-request-id")
+    return given if given and is_client_id(given) else new_request_id()
+
+
+def error_shape(path: str) -> ErrorShape:
+    """The error shape a path's clients read: Anthropic's on the Messages API
+    (``/v1/messages`` and the paths under it), OpenAI's elsewhere. ``path`` may leave out
+    the ``/v1`` (an API path under the base URL, ``/messages``)."""
+    api = path.removeprefix("/v1")
+    return "anthropic" if api == "/messages" or api.startswith("/messages/") else "openai"
+
+
+async def read_request_body(request: Request, config: GatewayConfig) -> bytes:
+    """The body, at most ``limits.max_body_bytes`` (413), within ``server.body_timeout``
+    (408: a body that trickles in holds a connection)."""
+    try:
+        async with asyncio.timeout(config.server.body_timeout / 1e9):
+            return await read_body(request, config.limits.max_body_bytes)
+    except TimeoutError as exc:
+        raise ApiError(
+            408, "the request body did not arrive in time (server.body_timeout)", code="timeout"
+        ) from exc
+
+
+def model_not_served(model: str, served: list[str]) -> ApiError:
+    """The 404 of a model no upstream serves, naming those that are."""
+    listed = ", ".join(served) or "none listed"
+    return ApiError(
+        404,
+        f"model: {model!r} is not served by any upstream (served: {listed})",
+        param="model",
+        code="model_not_found",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +123,9 @@ class ProxyRequest:
         )
 
 
-def parse_request(raw: bytes, route: Route) -> ProxyRequest:
-    """Parse and check a request body; :class:`ApiError` (400) names the offending field."""
+def parse_model_body(raw: bytes) -> tuple[dict[str, Any], str]:
+    """A JSON object naming its ``model`` (what every routed request is), and the model;
+    :class:`ApiError` (400) otherwise."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -85,6 +135,12 @@ def parse_request(raw: bytes, route: Route) -> ProxyRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "model: required, a non-empty string", param="model")
+    return body, model
+
+
+def parse_request(raw: bytes, route: Route) -> ProxyRequest:
+    """Parse and check a request body; :class:`ApiError` (400) names the offending field."""
+    body, model = parse_model_body(raw)
     if route == "chat":
         _check_messages(body.get("messages"))
     elif route == "completions":

@@ -39,6 +39,7 @@ from steadystream._transport_errors import (
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
+from steadystream.gateway.translation import chat_request, upstream_api
 from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
 __all__ = [
@@ -163,6 +164,12 @@ def open_session(config: GatewayConfig) -> aiohttp.ClientSession:
     )
 
 
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` a Messages request carries upstream when its client sent none."""
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
+"""What a Messages client says of the API it speaks: passed on to the upstream."""
+
+
 def build_body(
     request: ProxyRequest,
     upstream: UpstreamConfig,
@@ -173,8 +180,14 @@ def build_body(
 
     A continuation never re-sends committed text to the client: it asks the upstream to go
     on *from* it. The token limit shrinks by what was already committed, so the whole answer
-    stays within what the client asked for.
+    stays within what the client asked for. A request the upstream takes in chat only is
+    translated (gateway/translation; it is never continued: a typed stream is failed over
+    only before the client had any of it).
     """
+    if upstream_api(upstream, request.route) != request.route:
+        body = chat_request(request.route, request.body, stream=request.stream)
+        body["model"] = upstream.upstream_model(request.model)
+        return body
     body = dict(request.body)
     body["model"] = upstream.upstream_model(request.model)
     if action is not Action.CONTINUE or progress is None:
@@ -261,11 +274,21 @@ class UpstreamPool:
         return self._scrubber if self._secrets else None
 
     def _headers(
-        self, upstream: UpstreamConfig, request_id: str, client_headers: Mapping[str, str]
+        self,
+        upstream: UpstreamConfig,
+        request_id: str,
+        client_headers: Mapping[str, str],
+        path: str = "",
     ) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if upstream.request_id_header is not None and request_id:
             headers[upstream.request_id_header] = request_id
+        anthropic = path.startswith("/messages")
+        if anthropic:  # the version the client asked for (Anthropic's API requires one)
+            for name in ANTHROPIC_HEADERS:
+                if (value := client_headers.get(name)) is not None:
+                    headers[name] = value
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
         for name in upstream.forward_headers:
             value = client_headers.get(name)
             if value is not None:
@@ -274,6 +297,8 @@ class UpstreamPool:
         key = self._keys.get(upstream.name)
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
+            if anthropic:
+                headers["x-api-key"] = key  # where Anthropic's API reads it
         return headers
 
     async def post(
@@ -293,7 +318,7 @@ class UpstreamPool:
         """
         session = self._session()
         url = f"{upstream.base_url}{path}"
-        headers = self._headers(upstream, request_id, client_headers)
+        headers = self._headers(upstream, request_id, client_headers, path)
         timeout = aiohttp.ClientTimeout(total=None, connect=upstream.timeouts.connect / 1e9)
         with map_transport_errors(
             UpstreamConnectError,
@@ -368,7 +393,7 @@ class UpstreamPool:
         Errors are mapped as :meth:`post` maps them.
         """
         name = upstream.name
-        headers = self._headers(upstream, request_id, client_headers)
+        headers = self._headers(upstream, request_id, client_headers, path)
         conn: StampedConnection | None = None
         try:
             async with asyncio.timeout(timeout_s):

@@ -14,18 +14,21 @@ upstream would give as much). It is parsed once, for the timeline's text and usa
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 from starlette.types import Scope, Send
 
-from steadystream._exceptions import UpstreamError
+from steadystream._exceptions import ProtocolError, UpstreamError, UpstreamStreamError
 from steadystream._types import EventKind, Outcome
 from steadystream.gateway.attempt import cause_of
 from steadystream.gateway.base import Relay
 from steadystream.gateway.events import Failure, Piece
 from steadystream.gateway.failover import Action
+from steadystream.gateway.translation import upstream_api, whole_answer
 from steadystream.gateway.upstreams import build_body, media_type, read_whole
+from steadystream.protocol.apis import API_PATHS
 from steadystream.protocol.messages import messages_usage
 from steadystream.protocol.responses import responses_usage
 
@@ -45,15 +48,19 @@ class WholeRelay(Relay):
         candidates = self.candidates[: state.config.failover.max_attempts]
         last: UpstreamError | None = None
         note: dict[str, Any] | None = None
+        route = self.request.route
         for index, upstream in enumerate(candidates):
             info = self.begin_attempt(upstream, Action.RETRY)
+            api = upstream_api(upstream, route) or route  # (the app took only those that can)
+            if api != route:
+                info["api"] = api  # translated: the API the upstream was called in
             sent = clock.now_ns()
             response = None
             deadline = sent + upstream.timeouts.request
             try:
                 response = await state.pool.post(
                     upstream,
-                    self.path,
+                    API_PATHS[api],
                     build_body(self.request, upstream),
                     request_id=info["request_id"],
                     client_headers=self.client_headers,
@@ -66,6 +73,9 @@ class WholeRelay(Relay):
                 )
                 content_type = media_type(response)
                 status = response.status
+                if api != route:
+                    body = self._translated(body, upstream.name)
+                    content_type = "application/json"
             except UpstreamError as exc:
                 last = exc
                 if note is not None:
@@ -91,6 +101,22 @@ class WholeRelay(Relay):
             await self.refuse(send, last)
         finally:
             last = None  # its traceback holds this frame: no cycle through the frame's locals
+
+    def _translated(self, body: bytes, upstream: str) -> bytes:
+        """A chat completion as the client's API answers (gateway/translation); one that is
+        not a chat completion is the upstream's failure, as a broken body is."""
+        request = self.request
+        try:
+            return whole_answer(
+                request.route,
+                body,
+                self.record.request_id,
+                model=request.model,
+                created=int(time.time()),
+                request=request.body,
+            )
+        except ProtocolError as exc:
+            raise UpstreamStreamError(f"upstream {upstream!r} answered in chat: {exc}") from exc
 
     async def _answer(
         self, send: Send, status: int, body: bytes, content_type: str, arrived: int

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from steadystream._api_errors import ApiError
+from steadystream._api_errors import ApiError, ErrorShape
 from steadystream._clock import NS_PER_S
 
 __all__ = ["ClientBudgets", "OverBudget", "retry_after"]
@@ -111,5 +111,7 @@ class OverBudget(ApiError):
             code="glass_rate_limited",
         )
 
-    def response(self, headers: dict[str, str] | None = None) -> Response:
-        return super().response({**(headers or {}), "Retry-After": self.retry_after})
+    def response(
+        self, headers: dict[str, str] | None = None, shape: ErrorShape = "openai"
+    ) -> Response:
+        return super().response({**(headers or {}), "Retry-After": self.retry_after}, shape)

@@ -9,8 +9,9 @@ A stream is ``event: <type>`` events whose JSON repeats the type:
     nothing after it.
 
 A refused request gets ``{"type": "error", "error": {"type", "message"}}`` with the status
-the error type has at Anthropic (:func:`refusal`). Every shape is the ``anthropic`` SDK's
-(``anthropic.types``; tests/lab/test_dialects.py validates each event against it).
+the error type has at Anthropic (:func:`refusal`; the shape is steadystream/_api_errors.py's).
+Every shape is the ``anthropic`` SDK's (``anthropic.types``; tests/lab/test_dialects.py
+validates each event against it).
 """
 
 from __future__ import annotations
@@ -28,36 +29,12 @@ from steadystream.protocol.sse import encode_event
 __all__ = ["MessagesFormat", "refusal"]
 
 _OVERLOADED = 529  # Anthropic's status for overloaded_error
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    _OVERLOADED: "overloaded_error",
-}
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 
 
-def _error_body(status: int, message: str) -> bytes:
-    """Anthropic's error body for an HTTP status (``api_error`` for any other 5xx)."""
-    kind = _ERROR_TYPES.get(status, "api_error")
-    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
-
-
 def refusal(error: ApiError, headers: dict[str, str] | None = None) -> Response:
-    """A refused request in Anthropic's shape. Its error has no ``param``, so the message
-    names the field first (``max_tokens: Field required``)."""
-    message = error.message
-    if error.param is not None and not message.startswith(error.param):
-        message = f"{error.param}: {message}"
-    return Response(
-        _error_body(error.status, message),
-        status_code=error.status,
-        media_type="application/json",
-        headers=headers,
-    )
+    """A refused request in Anthropic's shape (the field it names first in its message)."""
+    return error.response(headers, "anthropic")
 
 
 class MessagesFormat:
@@ -126,7 +103,7 @@ class MessagesFormat:
 
     @staticmethod
     def whole_failure(message: str) -> tuple[int, bytes]:
-        return _OVERLOADED, _error_body(_OVERLOADED, message)
+        return _OVERLOADED, ApiError(_OVERLOADED, message).body("anthropic")
 
     def _message(
         self, content: list[dict[str, Any]], stop_reason: str | None, usage: dict[str, int]
