@@ -1,4 +1,5 @@
-"""``steadystream replay``: play a recorded run back as an OpenAI-compatible server."""
+"""``steadystream replay``: play a recorded run back as a server in the lab's APIs (chat,
+completions, the Responses API, Anthropic Messages)."""
 
 from __future__ import annotations
 

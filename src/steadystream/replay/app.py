@@ -1,7 +1,9 @@
-"""The replay's HTTP face: an OpenAI-compatible Starlette app that plays recorded streams.
+"""The replay's HTTP face: a Starlette app that plays recorded streams in the lab's APIs.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not, any
-model name), ``GET /v1/models``, ``GET /replay/streams`` (the recorded ids),
+Routes: one ``POST`` per API the lab speaks (:mod:`~steadystream.lab.apis`:
+``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` and ``/v1/messages``,
+streaming or not, any model name; each written through its API's wire, refused in its
+API's error shape), ``GET /v1/models``, ``GET /replay/streams`` (the recorded ids),
 ``GET /replay/requests`` and ``GET /replay/requests/{id}`` (what each request was played
 and what was injected: the lab's ground-truth shape, plus ``source_stream`` and
 ``injected``), ``GET /healthz``, and the glass probe (``/steadystream/glass.js``, and
@@ -19,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from starlette.applications import Starlette
@@ -39,9 +42,9 @@ from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import InputError
 from steadystream.glass.intake import GlassLimits
 from steadystream.glass.routes import glass_routes
-from steadystream.lab.api import ChatRequest, CompletionRequest, parse_body
+from steadystream.lab.api import LabBody, parse_body
+from steadystream.lab.apis import APIS, LabApi, WireContext
 from steadystream.lab.truth import RequestTruth, TruthStore
-from steadystream.lab.wire import SseFormat
 from steadystream.replay.inject import MAX_INJECTIONS, Injection, inject
 from steadystream.replay.response import ReplayResponse
 from steadystream.replay.source import RecordedStreams, plan_of
@@ -112,8 +115,7 @@ def create_app(
         stall_limit_ns=stall_limit_ns,
     )
     routes = [
-        Route("/v1/chat/completions", _generation(state, chat=True), methods=["POST"]),
-        Route("/v1/completions", _generation(state, chat=False), methods=["POST"]),
+        *(Route(api.path, _generation(state, api), methods=["POST"]) for api in APIS),
         Route("/v1/models", _models, methods=["GET"]),
         Route("/replay/streams", _stream_ids(state), methods=["GET"]),
         Route("/replay/requests", _request_ids(state), methods=["GET"]),
@@ -150,15 +152,13 @@ async def _models(request: Request) -> Response:
     return json_response({"object": "list", "data": data})
 
 
-def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
-    body_model: type[ChatRequest | CompletionRequest] = ChatRequest if chat else CompletionRequest
-
+def _generation(state: ReplayState, api: LabApi[Any]) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
         arrival = state.clock.now_ns()
         request_id = _request_id(state, request.headers.get("x-request-id"))
         headers = {"x-request-id": request_id}
         try:
-            body = parse_body(await read_body(request, _MAX_BODY), body_model)
+            body: LabBody = parse_body(await read_body(request, _MAX_BODY), api.body)
             chosen = request.headers.get(STREAM_HEADER)
             recorded: Timeline | None = None
             if chosen is not None:
@@ -170,7 +170,7 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
                         param=STREAM_HEADER,
                     )
         except ApiError as exc:
-            return exc.response(headers)
+            return api.refuse(exc, headers)
         except ClientDisconnect:  # left before its body was in: nobody to answer
             return Response(status_code=400, headers=headers)
         ordinal = next(state.ordinals)
@@ -182,7 +182,7 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
         truth = RequestTruth(
             request_id=request_id,
             model=body.model,
-            endpoint="chat" if chat else "completions",
+            endpoint=api.name,
             stream=body.stream,
             ordinal=ordinal,
             arrival_ns=arrival,
@@ -194,15 +194,15 @@ def _generation(state: ReplayState, *, chat: bool) -> _Endpoint:
         state.sources[request_id] = (recorded.stream_id, plan.applied)
         while len(state.sources) > _KEEP_TRUTHS:
             del state.sources[next(iter(state.sources))]
-        wire = SseFormat(
-            chat=chat,
-            completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
-            model=body.model,
-            created=int(time.time()),
-            include_usage=body.include_usage,
-        )
+        wire = api.wire(body, WireContext(request_id, int(time.time()), truth.prompt_tokens))
         return ReplayResponse(
-            plan, truth, wire, state.clock, stream=body.stream, stall_limit_ns=state.stall_limit_ns
+            plan,
+            truth,
+            wire,
+            state.clock,
+            stream=body.stream,
+            stall_limit_ns=state.stall_limit_ns,
+            refuse=api.refuse,
         )
 
     return endpoint

@@ -1,5 +1,11 @@
 """Writing one plan to the client on its recorded schedule, and noticing when it leaves.
 
+The bytes are the request's API's (a :class:`~steadystream.lab.wire.Wire`: chat and
+completions, the Responses API or Anthropic Messages): its opening at the recorded role
+offset, one content event per recorded text event (no wire writes reasoning apart, so a
+recorded reasoning or tool-call event goes out as content, as it always has), and its closing
+at the recorded end.
+
 Each event is written at the request's arrival plus its planned offset, on the injected
 clock; events already due when the writer wakes go out together, as a server that fell
 behind would send them. The writer races the client's disconnect (the gateway's
@@ -8,26 +14,30 @@ write is stamped into the request's ground truth (:class:`RequestTruth`, the lab
 with the injected delay of each gap as its causes.
 
 A stall waits for the client to leave, at most ``stall_limit_ns``: then the body ends with no
-finish and no ``[DONE]``, as a truncation does at once.
+finish and no ``[DONE]`` (no ``message_stop``, no ``response.completed``), as a truncation
+does at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from steadystream._api_errors import ApiError
 from steadystream._clock import Clock
 from steadystream._types import EventKind
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.lab.truth import RequestTruth
-from steadystream.lab.wire import SseFormat
-from steadystream.protocol.openai import error_payload
+from steadystream.lab.wire import Part, Wire
 from steadystream.replay.inject import Plan
 
 __all__ = ["ReplayResponse"]
+
+Refuse = Callable[[ApiError, dict[str, str] | None], Response]
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -43,11 +53,12 @@ class ReplayResponse(Response):
         self,
         plan: Plan,
         truth: RequestTruth,
-        wire: SseFormat,
+        wire: Wire,
         clock: Clock,
         *,
         stream: bool,
         stall_limit_ns: int,
+        refuse: Refuse,
     ) -> None:
         # Response.__init__ is not called: this response writes its own body.
         self.status_code = 200
@@ -58,6 +69,7 @@ class ReplayResponse(Response):
         self._clock = clock
         self._stream = stream
         self._stall_limit_ns = stall_limit_ns
+        self._refuse = refuse  # a whole answer's error, in its API's shape
         self._extra_headers = [(b"x-request-id", truth.request_id.encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,10 +116,9 @@ class ReplayResponse(Response):
         await clock.sleep_until(arrival + plan.role_ns)
         start = {"type": "http.response.start", "status": 200}
         await send({**start, "headers": [*_SSE_HEADERS, *self._extra_headers]})
-        if wire.chat:
-            role = wire.role()
-            await send({"type": "http.response.body", "body": role, "more_body": True})
-            truth.add_event(EventKind.ROLE, arrival + plan.role_ns, clock.now_ns(), 0, len(role))
+        opening = wire.opening()
+        if opening:
+            await self._send_parts(send, opening, arrival + plan.role_ns, more=True)
         i, sent = 0, plan.sent
         while i < sent:
             await clock.sleep_until(arrival + plan.times[i])
@@ -126,16 +137,10 @@ class ReplayResponse(Response):
             i = due
         if plan.cut is None:
             await clock.sleep_until(arrival + plan.end_ns)
-            tail = [(EventKind.EMPTY, wire.finish("stop"))]
-            if wire.include_usage:
-                usage = wire.usage(truth.prompt_tokens, truth.tokens_written)
-                tail.append((EventKind.USAGE, usage))
-            body = b"".join(data for _, data in tail) + wire.done()
-            await send({"type": "http.response.body", "body": body, "more_body": False})
-            now = clock.now_ns()
-            for kind, data in tail:
-                truth.add_event(kind, arrival + plan.end_ns, now, 0, len(data))
-            self._finish(now, "stop")
+            text = "".join(plan.texts[:sent])
+            before, after = wire.closing("stop", truth.prompt_tokens, truth.tokens_written, text)
+            await self._send_parts(send, [*before, *after], arrival + plan.end_ns, more=False)
+            self._finish(clock.now_ns(), "stop")
             return
         if plan.cut == "stall":
             # Nothing more until the client leaves (the listener wins the race) or the deadline.
@@ -149,6 +154,15 @@ class ReplayResponse(Response):
             await clock.sleep_until(arrival + cut_at)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._finish(clock.now_ns(), "reset")
+
+    async def _send_parts(self, send: Send, parts: list[Part], planned: int, *, more: bool) -> None:
+        """Write ``parts`` at once; each but the end marker is an event of the truth."""
+        body = b"".join(data for _, data in parts)
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+        now = self._clock.now_ns()
+        for kind, data in parts:
+            if kind is not None:
+                self._truth.add_event(kind, planned, now, 0, len(data))
 
     # -- whole responses ------------------------------------------------------------------------
 
@@ -176,13 +190,15 @@ class ReplayResponse(Response):
         if sent:
             truth.first_token_ns = now
         truth.tokens_generated = truth.tokens_written
-        body: dict[str, Any]
         if status == 200:
             text = "".join(plan.texts[:sent])
-            body = wire.whole(text, "stop", truth.prompt_tokens, truth.tokens_written)
+            body: dict[str, Any] = wire.whole(
+                text, "stop", truth.prompt_tokens, truth.tokens_written
+            )
+            data = orjson.dumps(body)
         else:
-            body = error_payload(message, type="server_error", code=status)
-        data = orjson.dumps(body)
+            error = ApiError(status, message, type="server_error", code=str(status))
+            data = bytes(self._refuse(error, None).body)
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(data)).encode()),
