@@ -221,6 +221,11 @@ def test_the_anthropic_sdk_reads_a_messages_stream_through_the_gateway(
             {**MESSAGES, "messages": [{"role": "system", "content": "x"}]},
             "messages.0.role",
         ),
+        (  # (a list where a role goes: it was a 500, found by an adversarial review)
+            "/messages",
+            {**MESSAGES, "messages": [{"role": ["user"], "content": "x"}]},
+            "messages.0.role",
+        ),
     ],
 )
 def test_a_bad_request_is_refused_naming_the_field(

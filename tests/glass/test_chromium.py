@@ -77,6 +77,12 @@ def test_probe_timelines_arrive_and_the_browser_keeps_the_replays_timing(
     assert comparison.labels == {"renderer": "naive"}
 
 
+def first_paint_delay_s(result: GlassRun) -> float:
+    """From the first token's arrival in the page to its paint, in the run's only stream."""
+    (edges,) = by_where(result.timelines).values()
+    return float(paint_delays_ns(edges[Where.CLIENT], edges[Where.GLASS])[0]) / 1e9
+
+
 def test_the_smoothing_renderer_paints_fewer_bursts_and_starts_later(
     steady_run: list[Timeline], chromium: str
 ) -> None:
@@ -91,10 +97,15 @@ def test_the_smoothing_renderer_paints_fewer_bursts_and_starts_later(
     assert naive_edges is not None
     assert smooth_edges is not None
     assert smooth_edges.labels == {"renderer": "smooth"}
-    # the start-up hold (250 ms) is latency the smoothing adds, at the first paint and after
+    # the start-up hold (250 ms) is latency the smoothing adds, at the first paint and after:
+    # from the first token's arrival to its paint, within each run (two runs' TTFTs differ by
+    # as much as a busy machine delays a page)
     assert smooth_edges.glass.ttft_p50_s is not None
     assert naive_edges.glass.ttft_p50_s is not None
-    assert smooth_edges.glass.ttft_p50_s - naive_edges.glass.ttft_p50_s > 0.2
+    # (the hold's timer fires no earlier than 250 ms; the naive page's next frame may come
+    # late on a busy machine: 100 ms of it allowed)
+    assert first_paint_delay_s(smooth) >= 0.24  # (the page's clock is coarsened)
+    assert first_paint_delay_s(smooth) - first_paint_delay_s(naive) > 0.15
     assert smooth_edges.paint_delay_p50_s is not None
     assert naive_edges.paint_delay_p50_s is not None
     assert smooth_edges.paint_delay_p50_s > naive_edges.paint_delay_p50_s

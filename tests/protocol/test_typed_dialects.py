@@ -287,3 +287,25 @@ def test_paths_name_their_api() -> None:
     assert api_of_path("/v1/embeddings") is None
     with pytest.raises(ValueError, match="unknown API 'soap'"):
         new_dialect("soap")
+
+
+def test_hostile_values_are_read_without_a_crash() -> None:
+    """Found by an adversarial review: each of these raised (TypeError, OverflowError) or
+    numbered the gateway's own events past what JSON holds."""
+    odd_delta = SseEvent('{"type": "content_block_delta", "delta": {"type": []}}')
+    assert MessagesDialect().decode(odd_delta).kind is EventKind.KEEPALIVE
+    huge = 2**64 - 1
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    decoded = MessagesDialect().decode(
+        SseEvent(orjson.dumps(delta | {"usage": {"output_tokens": huge}}).decode())
+    )
+    assert decoded.usage_counts is None  # no count a timeline can hold
+    assert decoded.usage == -1
+    dialect = ResponsesDialect()
+    dialect.decode(SseEvent('{"type": "response.in_progress", "sequence_number": 4}'))
+    dialect.decode(SseEvent(f'{{"type": "response.in_progress", "sequence_number": {huge}}}'))
+    with pytest.raises(ProtocolError):
+        dialect.decode(
+            SseEvent('{"type": "response.output_text.delta", "delta": 1, "sequence_number": 5}')
+        )
+    assert dialect.last_sequence_number == 4  # neither the huge one nor the refused one

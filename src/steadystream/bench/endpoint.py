@@ -193,9 +193,9 @@ class Endpoint:
         if self.kind == "responses":
             payload["input"] = messages
         else:
-            system = [m["content"] for m in messages if m.get("role") == "system"]
+            system = [_text_of(m.get("content")) for m in messages if m.get("role") == "system"]
             if system:
-                payload["system"] = "\n\n".join(str(text) for text in system)
+                payload["system"] = "\n\n".join(system)
             payload["messages"] = [m for m in messages if m.get("role") != "system"]
         limit = spec.max_tokens
         if limit is None and self.kind == "messages":
@@ -243,3 +243,16 @@ class Endpoint:
 
 def headers_from(lines: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parse_header(line) for line in lines)
+
+
+def _text_of(content: Any) -> str:
+    """A message's text: its string, or the text of its parts (``{"type": "text", ...}``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""

@@ -290,7 +290,8 @@ class _Generation:
         record.meta["pacer"] = None if pacer is None else repr(pacer)
         forward = {name for upstream in candidates for name in upstream.forward_headers}
         forward.update(ANTHROPIC_HEADERS)  # (sent on to Messages upstreams only)
-        client_headers = {n: v for n in forward if (v := request.headers.get(n)) is not None}
+        # (a header sent several times goes on as one, its values joined as HTTP allows)
+        client_headers = {n: ", ".join(v) for n in forward if (v := request.headers.getlist(n))}
         if proxy.stream:
             relay = StreamRelay(
                 state, proxy, record, candidates, pacer=pacer, client_headers=client_headers

@@ -86,7 +86,8 @@ class Passthrough:
             return
         forward = {name for upstream in candidates for name in upstream.forward_headers}
         forward.update(ANTHROPIC_HEADERS)  # (sent on to Messages upstreams only)
-        client_headers = {n: v for n in forward if (v := request.headers.get(n)) is not None}
+        # (a header sent several times goes on as one, its values joined as HTTP allows)
+        client_headers = {n: ", ".join(v) for n in forward if (v := request.headers.getlist(n))}
         call = _Call(request_id, model, tenant, body, client_headers)
         noticed = await run_until_disconnect(
             self._serve(send, call, candidates), receive, state.clock, answered=call.answered

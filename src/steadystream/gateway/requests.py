@@ -214,7 +214,7 @@ def _check_anthropic_messages(body: dict[str, Any]) -> None:
         if not isinstance(message, dict):
             raise ApiError(400, f"{where}: must be an object", param=where)
         role = message.get("role")
-        if role not in _ANTHROPIC_ROLES:
+        if not isinstance(role, str) or role not in _ANTHROPIC_ROLES:
             raise ApiError(
                 400,
                 f"{where}.role: got {role!r} (accepted: assistant, user)",
@@ -241,7 +241,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(message, dict):
             raise ApiError(400, f"{where}: must be an object", param=where)
         role = message.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise ApiError(
                 400,
                 f"{where}.role: got {role!r} (accepted: {', '.join(sorted(_ROLES))})",

@@ -20,7 +20,7 @@ This runs once per chunk on hot paths: one ``orjson.loads`` and a few dict look-
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
@@ -28,12 +28,14 @@ from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind
 
 __all__ = [
+    "MAX_COUNT",
     "Chunk",
     "chat_chunk",
     "classify_chunk",
     "completion_chunk",
     "encode_chunk",
     "error_payload",
+    "is_count",
     "is_done",
     "parse_chunk",
     "usage_chunk",
@@ -197,13 +199,23 @@ def _string(value: Any, i: int, field: str) -> str:
     return value
 
 
+MAX_COUNT = 2**62
+"""A token count at or past this is no count (a timeline's columns hold 64-bit integers)."""
+
+
+def is_count(value: object) -> TypeGuard[int]:
+    """Whether an upstream's ``value`` is a token count a timeline can hold."""
+    return type(value) is int and 0 <= value < MAX_COUNT
+
+
 def _usage(value: Any) -> dict[str, int] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ProtocolError(f"usage is {_json_type(value)}, expected an object or null")
-    # Nested details (prompt_tokens_details, ...) are dropped: timelines keep counts only.
-    return {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+    # Nested details (prompt_tokens_details, ...) are dropped: timelines keep counts only,
+    # and only counts they can hold (an upstream's 2**64 is none).
+    return {k: v for k, v in value.items() if is_count(v)}
 
 
 def _error_message(error: Any) -> str:

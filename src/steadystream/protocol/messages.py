@@ -29,7 +29,7 @@ from typing import Any
 from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind
 from steadystream.protocol._typed import KEEPALIVE, in_band_error, typed_event
-from steadystream.protocol.chunks import _json_type
+from steadystream.protocol.chunks import _json_type, is_count
 from steadystream.protocol.dialect import Decoded
 from steadystream.protocol.sse_items import SseItem
 
@@ -82,7 +82,8 @@ class MessagesDialect:
                 raise ProtocolError(
                     f"content_block_delta: delta is {_json_type(delta)}, expected an object"
                 )
-            shape = MESSAGES_DELTAS.get(delta.get("type"))  # type: ignore[arg-type]
+            named = delta.get("type")
+            shape = MESSAGES_DELTAS.get(named) if isinstance(named, str) else None
             if shape is None:
                 return _KEEPALIVE  # a signature, citations: structural
             text_kind, field = shape
@@ -114,7 +115,7 @@ class MessagesDialect:
             self._envelope = {key: message[key] for key in ("id", "model") if key in message}
         usage = message.get("usage")
         if isinstance(usage, dict):
-            self._input = {k: v for k in _INPUT_KEYS if type(v := usage.get(k)) is int}
+            self._input = {k: v for k in _INPUT_KEYS if is_count(v := usage.get(k))}
         return _STARTED
 
     def _delta(self, obj: dict[str, Any]) -> Decoded:
@@ -132,12 +133,12 @@ def messages_usage(usage: Any, started: dict[str, int] | None = None) -> dict[st
     if not isinstance(usage, dict):
         return None
     given = dict(started or {})
-    given.update({k: v for k in _INPUT_KEYS if type(v := usage.get(k)) is int})
+    given.update({k: v for k in _INPUT_KEYS if is_count(v := usage.get(k))})
     counts: dict[str, int] = {}
     if given:
         counts["prompt_tokens"] = sum(given.values())
     output = usage.get("output_tokens")
-    if type(output) is int:
+    if is_count(output):
         counts["completion_tokens"] = output
     if "prompt_tokens" in counts and "completion_tokens" in counts:
         counts["total_tokens"] = counts["prompt_tokens"] + counts["completion_tokens"]

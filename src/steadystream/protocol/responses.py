@@ -29,7 +29,7 @@ from typing import Any
 from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind
 from steadystream.protocol._typed import KEEPALIVE, in_band_error, typed_event
-from steadystream.protocol.chunks import _json_type
+from steadystream.protocol.chunks import _json_type, is_count
 from steadystream.protocol.dialect import Decoded
 from steadystream.protocol.sse_items import SseItem
 
@@ -49,6 +49,8 @@ RESPONSES_TEXT_EVENTS: dict[str, EventKind] = {
 _KEEPALIVE = KEEPALIVE
 _STARTED = Decoded(EventKind.ROLE)
 _ENDS = {"response.completed", "response.incomplete"}
+MAX_SEQUENCE = 2**53
+"""Sequence numbers at or past this are not taken (JSON's exact integers end here)."""
 _REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -76,9 +78,15 @@ class ResponsesDialect:
         if isinstance(read, Decoded):
             return read
         kind, obj = read
+        decoded = self._decode(kind, obj)
+        # Taken once the event is known good (a bad one never reaches the client), and only
+        # within what JSON numbers hold exactly: the gateway numbers its own events on from it.
         sequence = obj.get("sequence_number")
-        if type(sequence) is int and sequence > self._sequence:
+        if type(sequence) is int and self._sequence < sequence < MAX_SEQUENCE:
             self._sequence = sequence
+        return decoded
+
+    def _decode(self, kind: str, obj: dict[str, Any]) -> Decoded:
         text_kind = RESPONSES_TEXT_EVENTS.get(kind)
         if text_kind is not None:
             delta = obj.get("delta")
@@ -114,10 +122,10 @@ def responses_usage(usage: Any) -> dict[str, int] | None:
         ("total_tokens", "total_tokens"),
     ):
         value = usage.get(theirs)
-        if type(value) is int:
+        if is_count(value):
             counts[ours] = value
     details = usage.get("output_tokens_details")
-    if isinstance(details, dict) and type(details.get("reasoning_tokens")) is int:
+    if isinstance(details, dict) and is_count(details.get("reasoning_tokens")):
         counts["reasoning_tokens"] = details["reasoning_tokens"]
     return counts or None
 

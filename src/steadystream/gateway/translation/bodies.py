@@ -109,7 +109,7 @@ def _input_message(item: dict[str, Any], i: int) -> dict[str, Any]:
             f"got {kind!r}; only message items are translated (accepted: message)",
         )
     role = item.get("role")
-    if role not in _INPUT_ROLES:
+    if not isinstance(role, str) or role not in _INPUT_ROLES:
         raise _untranslatable(
             f"{where}.role", f"got {role!r} (accepted: {', '.join(sorted(_INPUT_ROLES))})"
         )
@@ -193,7 +193,7 @@ def _text_content(content: Any, field: str, accepted: frozenset[str]) -> str | l
         if not isinstance(part, dict):
             raise _untranslatable(at, "must be an object")
         kind = part.get("type")
-        if kind not in accepted:
+        if not isinstance(kind, str) or kind not in accepted:
             raise _untranslatable(
                 f"{at}.type",
                 f"got {kind!r}; only text is translated (accepted: {', '.join(sorted(accepted))})",

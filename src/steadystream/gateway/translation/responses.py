@@ -17,7 +17,7 @@ next ``output_index``. An answer with no text still gets its (empty) message ite
 
 The closing events repeat each item's whole text (the API's shape: the SDK's final response
 is built from them), so the translator holds the answer's text: references to the pieces'
-own strings, which the relay's progress holds anyway, bounded by ``max_text`` characters
+own strings, which the relay's progress holds anyway, bounded by a quarter of ``max_text``
 (``limits.max_response_bytes``); an answer past it ends the stream with an in-band error
 rather than close it with a text cut short.
 """
@@ -137,18 +137,21 @@ class ResponsesTranslator:
         if kind is None:  # [DONE]
             self._close(out)
             return piece._replace(raw=b"".join(out))
-        self._begin(out)
         text = piece.text
         if text and (kind is _CONTENT or kind is _REASONING):
+            # Checked before anything is numbered: a refused piece leaves no gap. The closing
+            # events repeat the text four times, so a quarter of the limit is held.
             self._held += len(text)
-            if self._held > self._max_text:
+            if self._held > self._max_text // 4:
                 self._failure = Failure(
                     Cause.OVERSIZED_EVENT,
-                    f"the answer grew past {self._max_text} characters"
-                    " (limits.max_response_bytes), the most a Responses stream translated from"
-                    " chat holds to repeat in its closing events",
+                    f"the answer grew past {self._max_text // 4} characters (a quarter of"
+                    " limits.max_response_bytes: a Responses stream translated from chat"
+                    " repeats its text four times in its closing events)",
                 )
                 return None
+        self._begin(out)
+        if text and (kind is _CONTENT or kind is _REASONING):
             self._delta(kind, text, out)
         if piece.usage_counts is not None:
             self._usage = piece.usage_counts
