@@ -227,13 +227,16 @@ def test_comments_go_on_and_other_named_events_do_not() -> None:
 
 
 def test_a_responses_answer_past_its_bound_fails_instead_of_closing_cut_short() -> None:
+    # A quarter of max_text is held: the closing events repeat the text four times.
     translator = stream_translator(
-        "responses", "r1", model="m", created=5, request=REQUEST, max_text=5
+        "responses", "r1", model="m", created=5, request=REQUEST, max_text=20
     )
     cutter = line_build().EventCutter(keep_raw=False)
     pieces = cutter.feed(b"".join(answer("abc", "def"))).pieces
     assert translator.rewrite(pieces[1]) is not None
+    numbered = translator.last_sequence
     assert translator.rewrite(pieces[2]) is None
+    assert translator.last_sequence == numbered  # the refused piece took no number
     assert translator.failure is not None
     assert translator.failure.cause is Cause.OVERSIZED_EVENT
     assert "limits.max_response_bytes" in translator.failure.message

@@ -28,14 +28,12 @@ from steadystream._exceptions import ProtocolError
 from steadystream._types import EventKind
 
 __all__ = [
-    "MAX_COUNT",
     "Chunk",
     "chat_chunk",
     "classify_chunk",
     "completion_chunk",
     "encode_chunk",
     "error_payload",
-    "is_count",
     "is_done",
     "parse_chunk",
     "usage_chunk",
