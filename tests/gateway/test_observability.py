@@ -66,8 +66,10 @@ def test_metrics_are_consistent_with_the_recordings(tmp_path: Path) -> None:
             # The stalled fallback has nowhere to go: it is waited out this long, then cut.
             watchdog={"give_up_timeout": "500ms"},
         )
-        with GatewayServer(config, recorder=recorder) as gateway:
-            client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+        with (
+            GatewayServer(config, recorder=recorder) as gateway,
+            openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client,
+        ):
             for max_tokens in (5, 9, 14):
                 stream = client.chat.completions.create(
                     model="lab", messages=MESSAGES, max_tokens=max_tokens, stream=True
@@ -160,8 +162,10 @@ def test_ttfr_is_observed_apart_from_ttft_for_a_reasoning_stream(sink: MemorySin
 def test_the_openai_sdk_works_unchanged() -> None:
     with LabServer("steady") as lab:
         config = gateway_config(upstream(lab, "lab", forward_headers=["X-Lab-Fault"]))
-        with GatewayServer(config) as gateway:
-            client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+        with (
+            GatewayServer(config) as gateway,
+            openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0) as client,
+        ):
             stream = client.chat.completions.create(
                 model="lab",
                 messages=MESSAGES,

@@ -267,28 +267,30 @@ async def test_echo_auth_and_oversize_faults_over_sockets(lab: LabServer) -> Non
 
 
 def test_openai_sdk_streams_from_the_lab_unchanged(lab: LabServer) -> None:
-    client = openai.OpenAI(base_url=lab.base_url, api_key="lab", max_retries=0, timeout=15)
-    stream = client.chat.completions.create(
-        model="lab",
-        messages=[{"role": "user", "content": "hello"}],
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_headers={"X-Request-Id": "sdk-chat"},
-    )
-    pieces, usage = [], None
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            pieces.append(chunk.choices[0].delta.content)
-        usage = chunk.usage or usage
-    truth = lab.truth("sdk-chat")
-    assert truth is not None
-    assert "".join(pieces) == "".join(truth.texts)
-    assert usage is not None
-    assert usage.completion_tokens == len(pieces)
-    completion = client.completions.create(model="lab", prompt="Say", max_tokens=6, stream=True)
-    assert sum(1 for c in completion if c.choices and c.choices[0].text) == 6
-    whole = client.chat.completions.create(model="lab", messages=[{"role": "user", "content": "x"}])
-    assert whole.choices[0].message.content
+    with openai.OpenAI(base_url=lab.base_url, api_key="lab", max_retries=0, timeout=15) as client:
+        stream = client.chat.completions.create(
+            model="lab",
+            messages=[{"role": "user", "content": "hello"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers={"X-Request-Id": "sdk-chat"},
+        )
+        pieces, usage = [], None
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+            usage = chunk.usage or usage
+        truth = lab.truth("sdk-chat")
+        assert truth is not None
+        assert "".join(pieces) == "".join(truth.texts)
+        assert usage is not None
+        assert usage.completion_tokens == len(pieces)
+        completion = client.completions.create(model="lab", prompt="Say", max_tokens=6, stream=True)
+        assert sum(1 for c in completion if c.choices and c.choices[0].text) == 6
+        whole = client.chat.completions.create(
+            model="lab", messages=[{"role": "user", "content": "x"}]
+        )
+        assert whole.choices[0].message.content
 
 
 @pytest.mark.asyncio
