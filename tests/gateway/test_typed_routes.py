@@ -368,3 +368,22 @@ def test_x_api_key_is_the_gateways_own_header() -> None:
         gateway_config(
             {"name": "u", "base_url": "http://127.0.0.1:9/v1", "forward_headers": ["x-api-key"]}
         )
+
+
+def test_a_responses_stream_that_never_began_still_ends_as_the_sdk_expects(
+    primary: TypedUpstream, sink: MemorySink
+) -> None:
+    """An upstream that answers 200 and sends nothing, with nowhere to fail over: the client
+    gets response.created, error and response.failed, one response, numbered from 0."""
+    config = gateway_config(entry(primary), failover={"wait_without_fallback": False})
+    with GatewayServer(config, recorder=sink) as gw:
+        body = {**RESPONSES, "script": "silent"}
+        streamed = post(gw.base_url, "/responses", body, {"X-Request-Id": "never-began"})
+    events = typed_events(streamed)
+    assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2]
+    for event in events:
+        TypeAdapter(ResponseStreamEvent).validate_python(event)
+    assert events[0]["response"]["id"] == events[2]["response"]["id"] == "resp_never-began"
+    _, down = sink.edges("never-began")
+    assert down.outcome is Outcome.ERROR

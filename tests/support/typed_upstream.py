@@ -2,10 +2,10 @@
 
 An aiohttp server in a background thread; ``with`` starts and stops it. A request's body
 field ``script`` says how its stream goes (the gateway passes unknown fields on untouched):
-``ok`` (every delta), ``stall`` (five deltas, then silence), ``overloaded`` (three deltas,
-then the API's in-band error), ``refuse`` (a 529 before any byte; an upstream made with
-``refuse=True`` answers every request so). Each answer is the words
-of :data:`WORDS`, one delta each, 10 ms apart.
+``ok`` (every delta), ``stall`` (five deltas, then silence), ``silent`` (a 200, then
+nothing), ``overloaded`` (three deltas, then the API's in-band error), ``refuse`` (a 529
+before any byte; an upstream made with ``refuse=True`` answers every request so). Each
+answer is the words of :data:`WORDS`, one delta each, 10 ms apart.
 """
 
 from __future__ import annotations
@@ -225,6 +225,8 @@ class TypedUpstream:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
+            if script == "silent":  # a 200, then nothing at all
+                await asyncio.sleep(60)
             for piece in head:
                 await response.write(piece)
             for i, word in enumerate(WORDS):

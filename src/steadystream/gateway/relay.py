@@ -524,7 +524,14 @@ class StreamRelay(Relay):
         elif isinstance(self.dialect, ResponsesDialect):  # the upstream's own Responses stream
             dialect = self.dialect
             sequence = dialect.last_sequence_number
-            data = failed_after(dialect.envelope, self.request.body, sequence, message, code)
+            data = failed_after(
+                dialect.envelope,
+                self.request.body,
+                sequence,
+                message,
+                code,
+                ident=self.record.request_id,
+            )
         else:
             data = ChunkFormat.error(message, code, self.request.route)
         piece = Piece(EventKind.ERROR, "", data, len(data))

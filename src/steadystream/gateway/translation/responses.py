@@ -24,6 +24,7 @@ rather than close it with a text cut short.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from steadystream._types import EventKind
@@ -273,11 +274,25 @@ def failed_after(
     sequence: int,
     message: str,
     code: str,
+    ident: str = "",
 ) -> bytes:
     """The end of an upstream's own Responses stream that failed mid-way: ``error``, then a
     whole ``response.failed`` (the SDK's stream helper checks it names the response that
-    ``response.created`` did), numbered on from ``sequence``, the last the client got."""
-    given = envelope or {}
+    ``response.created`` did), numbered on from ``sequence``, the last the client got.
+
+    With no ``envelope`` the client never had a ``response.created`` (the SDK's stream
+    starts there): one goes first, for a response ``resp_IDENT``.
+    """
+    out = b""
+    if envelope is None:
+        opened = response_base(ident, str(request.get("model", "")), int(time.time()), request)
+        sequence += 1
+        out = encode_event(
+            {"type": "response.created", "response": opened, "sequence_number": sequence},
+            "response.created",
+        )
+        envelope = {key: opened[key] for key in ("id", "created_at", "model")}
+    given = envelope
     created = given.get("created_at")
     failed = response_base(
         "",
@@ -289,9 +304,13 @@ def failed_after(
     if isinstance(given.get("id"), str):
         failed["id"] = given["id"]
     error = {"type": "error", "code": code, "message": message, "param": None}
-    return encode_event(error | {"sequence_number": sequence + 1}, "error") + encode_event(
-        {"type": "response.failed", "response": failed, "sequence_number": sequence + 2},
-        "response.failed",
+    return (
+        out
+        + encode_event(error | {"sequence_number": sequence + 1}, "error")
+        + encode_event(
+            {"type": "response.failed", "response": failed, "sequence_number": sequence + 2},
+            "response.failed",
+        )
     )
 
 
