@@ -9,11 +9,12 @@ the headers it got.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.threaded_app import ThreadedApp
 
 __all__ = ["HostileUpstream"]
 
@@ -36,22 +37,16 @@ def _chunk(
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-class HostileUpstream:
+class HostileUpstream(ThreadedApp):
     """An aiohttp server in a background thread; ``with`` starts and stops it."""
 
+    what = "the hostile upstream"
+
     def __init__(self, *, default: str = "") -> None:
+        super().__init__()
         self.default = default  # the mode of a request that names none
         self.seen_keys: list[str] = []
-        self.port = 0
         self.closed_early = 0  # streams whose client (the gateway) went before the end
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -149,6 +144,7 @@ class HostileUpstream:
         self, response: web.StreamResponse, mode: str, key: str, echo: str
     ) -> None:
         """The adversary's modes (tests/gateway/test_adversary.py)."""
+
         if mode == "adv-escaped-echo":  # the key JSON-escaped: a client's parser restores it
             escaped = "".join(f"\\u{ord(c):04x}" for c in key)
             await response.write(_chunk(role=True))
@@ -231,28 +227,6 @@ class HostileUpstream:
             data = b"".join(events) + b"data: [DONE]\n\n"
             await response.write(data.replace(b"\n", b"\r"))
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
-
-    def __enter__(self) -> HostileUpstream:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the hostile upstream did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)

@@ -17,12 +17,12 @@ An upstream made with ``refuse=STATUS`` answers every request with that status.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.threaded_app import ThreadedApp
 
 __all__ = ["ANSWERS", "JsonUpstream"]
 
@@ -51,23 +51,17 @@ ANSWERS: dict[str, dict[str, Any]] = {
 """What a path answers with ``script: ok``."""
 
 
-class JsonUpstream:
+class JsonUpstream(ThreadedApp):
     """Serves every ``POST /v1/...`` as the module docstring says."""
 
+    what = "the JSON upstream"
+
     def __init__(self, name: str = "json", *, refuse: int | None = None) -> None:
+        super().__init__()
         self.name = name
         self.refuse = refuse
-        self.port = 0
         self.seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.answers: list[bytes] = []
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -97,27 +91,5 @@ class JsonUpstream:
         self.answers.append(data)
         return web.Response(body=data, status=status, headers=headers)
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/{path:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
-
-    def __enter__(self) -> JsonUpstream:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the JSON upstream did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)

@@ -11,11 +11,12 @@ answer is the words of :data:`WORDS`, one delta each, 10 ms apart.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.threaded_app import ThreadedApp
 
 __all__ = ["WORDS", "TypedUpstream"]
 
@@ -28,24 +29,18 @@ def _event(kind: str, **fields: Any) -> bytes:
     )
 
 
-class TypedUpstream:
+class TypedUpstream(ThreadedApp):
     """Serves ``/v1/responses`` and ``/v1/messages`` as the module docstring says."""
 
+    what = "the typed upstream"
+
     def __init__(self, name: str = "typed", *, refuse: bool = False) -> None:
+        super().__init__()
         self.name = name
         self.refuse = refuse  # every request gets a 529, whatever its script
-        self.port = 0
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []  # each request's, names lowercased
         self.left_early = 0  # streams whose client (the gateway) went before the end
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -244,28 +239,6 @@ class TypedUpstream:
             raise
         return response
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/messages", self._messages)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
-
-    def __enter__(self) -> TypedUpstream:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the typed upstream did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
