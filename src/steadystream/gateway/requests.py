@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeGuard
 
 import orjson
 from starlette.requests import Request
@@ -206,34 +206,28 @@ _ANTHROPIC_ROLES = frozenset({"user", "assistant"})
 
 def _check_anthropic_messages(body: dict[str, Any]) -> None:
     """A Messages request: user and assistant messages, and the ``max_tokens`` it requires."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "messages: required, a non-empty list of messages", param="messages")
-    for i, message in enumerate(messages):
-        where = f"messages.{i}"
-        if not isinstance(message, dict):
-            raise ApiError(400, f"{where}: must be an object", param=where)
-        role = message.get("role")
-        if not isinstance(role, str) or role not in _ANTHROPIC_ROLES:
-            raise ApiError(
-                400,
-                f"{where}.role: got {role!r} (accepted: assistant, user)",
-                param=f"{where}.role",
-            )
-        if not isinstance(message.get("content"), str | list):
-            raise ApiError(
-                400,
-                f"{where}.content: must be a string or a list of blocks",
-                param=f"{where}.content",
-            )
+    _check_messages(
+        body.get("messages"),
+        _ANTHROPIC_ROLES,
+        null_content=False,
+        content_is="a string or a list of blocks",
+    )
     limit = body.get("max_tokens")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+    if not _is_int(limit) or limit < 1:
         raise ApiError(400, "max_tokens: required, an integer of at least 1", param="max_tokens")
     _check_number(body, "temperature", 0.0, 1.0, low_open=False)
     _check_number(body, "top_p", 0.0, 1.0, low_open=True)
 
 
-def _check_messages(messages: Any) -> None:
+def _check_messages(
+    messages: Any,
+    roles: frozenset[str] = _ROLES,
+    *,
+    null_content: bool = True,
+    content_is: str = "a string, a list of parts or null",
+) -> None:
+    """A non-empty list of messages, each an object with one of ``roles`` and content that
+    is text or a list (or null, where the API allows it)."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages: required, a non-empty list of messages", param="messages")
     for i, message in enumerate(messages):
@@ -241,19 +235,15 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(message, dict):
             raise ApiError(400, f"{where}: must be an object", param=where)
         role = message.get("role")
-        if not isinstance(role, str) or role not in _ROLES:
+        if not isinstance(role, str) or role not in roles:
             raise ApiError(
                 400,
-                f"{where}.role: got {role!r} (accepted: {', '.join(sorted(_ROLES))})",
+                f"{where}.role: got {role!r} (accepted: {', '.join(sorted(roles))})",
                 param=f"{where}.role",
             )
         content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise ApiError(
-                400,
-                f"{where}.content: must be a string, a list of parts or null",
-                param=f"{where}.content",
-            )
+        if (content is not None or not null_content) and not isinstance(content, str | list):
+            raise ApiError(400, f"{where}.content: must be {content_is}", param=f"{where}.content")
 
 
 def _check_prompt(prompt: Any) -> None:
@@ -283,5 +273,5 @@ def _check_number(
         raise ApiError(400, f"{name}: must be a number {bound} and at most {high:g}", param=name)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
