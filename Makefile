@@ -13,7 +13,7 @@ COMPILED := $(VENV)/.compiled
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass,ray]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,fast,glass,ray,otel,resume]'
 	touch $(STAMP) $(COMPILED)
 
 # The compiled build of the relay's hot path (Cython, from the *_py modules and their
@@ -91,18 +91,38 @@ $(LLAMA_SERVER): | $(STAMP)
 	mv $(LLAMA_SERVER).part $(LLAMA_SERVER)
 	rm -rf $(LLAMA_CACHE)/work
 
-# nginx and prometheus from Debian when either is missing (as root with apt, as on CI's
+# Peers' tools, each in its own virtual environment (their pins are not ours), created once
+# per machine in the user's cache as NAME-VERSION: exactly that version of the PyPI package
+# NAME. The integration tests run them against the lab and import what they write;
+# tests/support/peers.py finds them there, or where STEADYSTREAM_<NAME> says. A peer more is
+# one more word in PEER_VENVS.
+PEERS_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/steadystream/peers
+PEER_VENVS := aiperf-0.13.0 arize-phoenix-20.26.1
+PEERS := $(foreach peer,$(PEER_VENVS),$(PEERS_CACHE)/$(peer)/.installed)
+.PHONY: peers
+peers: $(PEERS)
+unit: $(PEERS)  # here, below the definition: a prerequisite is expanded where it is read
+
+$(PEERS_CACHE)/%/.installed:
+	rm -rf $(PEERS_CACHE)/$* && mkdir -p $(PEERS_CACHE)
+	$(PYTHON) -m venv $(PEERS_CACHE)/$*
+	$(PEERS_CACHE)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_CACHE)/$*/bin/python -m pip install --quiet "$$(echo '$*' | sed 's/-\([^-]*\)$$/==\1/')"
+	touch $@
+
+# nginx, prometheus and redis-server from Debian when one is missing (as root with apt, as on CI's
 # fresh machines); anywhere else, say what to install. The tests start their own instances
 # on loopback; installing starts no service where invoke-rc.d's policy forbids it.
 system-parts:
-	@if command -v nginx >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	@if command -v nginx >/dev/null && command -v prometheus >/dev/null \
+		&& command -v redis-server >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-		echo "the integration tests need nginx and prometheus on PATH:" \
-			"install them (Debian/Ubuntu: apt-get install nginx prometheus)" >&2; \
+		echo "the integration tests need nginx, prometheus and redis-server on PATH:" \
+			"install them (Debian/Ubuntu: apt-get install nginx prometheus redis-server)" >&2; \
 		exit 1; \
 	fi; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx prometheus
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx prometheus redis-server
 
 # AddressSanitizer over the compiled twins: a copy of the source built with -fsanitize=address,
 # then the relay's tests and thousands of hostile-bytes cases (tests/gateway/test_fuzz.py)

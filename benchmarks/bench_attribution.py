@@ -7,10 +7,12 @@ For each scenario and seed: a lab (its own process, recording ground truth) and
 ``steadystream bench --engine-metrics auto`` against it (its own process: ``--concurrency``
 streams, ``--requests`` requests), then ``explain`` twice on what bench recorded: with the
 engine metrics it scraped, and with the client timelines alone (what a user of a hosted API
-has). Each is scored against the lab's truth: the share of stall time attributed to its
-true cause, ``unknown`` counted wrong. Targets (issue 14): >= 90 % with engine metrics in
-every scenario, and no stall at all on ``steady``. Prints a markdown table for
-docs/performance.md and, with ``--matrices``, the confusion matrices for docs/attribution.md.
+has). Each is scored against the lab's truth by overlap of time (a stall's attributed shares
+against the delay the lab charged to each cause in that gap): the share of stall time
+attributed to its true causes, ``unknown`` counted wrong. Targets (issues 14 and 30): >= 90 %
+with engine metrics in every scenario over its seeds, and no stall at all on ``steady``.
+Prints a markdown table for docs/performance.md and, with ``--matrices``, the confusion
+matrices for docs/attribution.md.
 """
 
 from __future__ import annotations

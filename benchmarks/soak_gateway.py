@@ -97,6 +97,7 @@ watchdog: {{first_token_timeout: 10s, stall_timeout: 1.5s}}
 failover: {{policy: continue}}
 recording: {{enabled: true, directory: {work / "recordings"}}}
 limits: {{stuck_timeout: {stuck_timeout}, buffer_bytes: 32KiB, client_send_buffer: 16KiB}}
+resume: {{grace: 0s}}  # a disconnect cancels at once: the soak times cancellation
 """
 
 

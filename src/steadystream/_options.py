@@ -28,6 +28,7 @@ from steadystream._flags import Flag
 from steadystream._validation import Duration, Texts
 
 __all__ = [
+    "FileFormat",
     "FluidityDeadline",
     "FluidityFirstDeadline",
     "FluidityForm",
@@ -45,6 +46,7 @@ __all__ = [
     "RayFiles",
     "StallThreshold",
     "TimelineFiles",
+    "TruthRecord",
     "TtftTarget",
     "Worst",
 ]
@@ -110,6 +112,16 @@ TimelineFiles = Annotated[
         argument=True,
     ),
 ]
+FileFormat = Annotated[
+    Literal["auto", "steadystream", "vllm", "aiperf", "aiperf-raw", "genai-perf"],
+    Field(default="auto"),
+    Flag(
+        "What the files are: found from their content (auto), or steadystream timelines, or a"
+        " peer's results: vllm (bench serve --save-detailed), aiperf (profile_export.jsonl),"
+        " aiperf-raw (profile_export_raw.jsonl), genai-perf (profile_export.json).",
+        names=("--format",),
+    ),
+]
 JsonOutput = Annotated[
     bool, Field(default=False), Flag("Print JSON for scripts.", names=("--json",))
 ]
@@ -144,6 +156,15 @@ RayAddress = Annotated[
 # Servers and what they play or record
 Host = Annotated[str, Field(default="127.0.0.1"), Flag("Address to bind.")]
 Port = Annotated[int, Field(default=8000, ge=0, le=65535), Flag("Port to listen on.")]
+TruthRecord = Annotated[
+    Path | None,
+    Field(default=None),
+    Flag(
+        "Append each finished request's ground-truth timeline to this JSONL (explain --truth"
+        " scores against it).",
+        names=("--record",),
+    ),
+]
 KeepText = Annotated[
     bool, Field(default=False), Flag("Store the answers' text in the recorded timelines.")
 ]

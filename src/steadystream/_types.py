@@ -103,6 +103,9 @@ class TokenSource(enum.StrEnum):
     USAGE_SHARED = "usage-shared"  # final usage below the text events: pieces share tokens
     MAX_TOKENS = "max-tokens"  # no usage, ended for length: the request's max_tokens
     ESTIMATED = "estimated"  # no usage at all: estimated from the text
+    # Peers' result files (steadystream.files.peers) keep chunk times without their text:
+    USAGE_EVEN = "usage-even"  # a total per request, spread evenly over the chunks
+    UNKNOWN = "unknown"  # no count at all: one per chunk holds its place; token metrics None
 
 
 class Event(NamedTuple):

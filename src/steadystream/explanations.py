@@ -42,19 +42,20 @@ from steadystream._types import Where
 from steadystream.analysis import FileTable, RunTables
 from steadystream.attribution import EngineSamples, Explanation
 from steadystream.attribution.clocks import StreamClocks
-from steadystream.attribution.evidence import Neighbours
 from steadystream.attribution.explain import (
     AttributedStall,
     StreamsSeen,
     assemble,
-    attribute_stalls,
+    attribute_tagged,
     check_threshold,
 )
+from steadystream.attribution.neighbours import Neighbours
 from steadystream.attribution.streams import (
     StreamView,
     group_views,
     outer_ranks,
     stream_numbers,
+    stream_views,
 )
 from steadystream.bench.summary import has_stall
 from steadystream.bench.verdict import load_run
@@ -94,13 +95,15 @@ def explain_files(
     worst: int = 10,
     config: MetricConfig | None = None,
     address: str | None = None,
+    attribute: bool = True,
 ) -> FilesExplained:
     """Explain the stalls of the timeline files ``paths`` (in that order) on Ray.
 
     With ``config``, each file's per-stream table is computed too (``analyze``), and the
     stalls are explained only when the merged table has one, as ``analyze`` does without Ray.
     ``address`` is the cluster to join (see :func:`steadystream._ray.connected`); the files
-    must be readable at the same path on its nodes.
+    must be readable at the same path on its nodes. With ``attribute`` False (``analyze
+    --no-explain``), only the tables are made.
     """
     check_threshold(stall_threshold_ns)
     with _ray.connected(address) as ray:
@@ -117,7 +120,7 @@ def explain_files(
         if config is not None:
             files = [head.table for head in heads if head.table is not None]
             tables = RunTables(files, StreamTable.concat([f.table for f in files]))
-            if not has_stall(tables.table, config):
+            if not attribute or not has_stall(tables.table, config):
                 return FilesExplained(None, tables, notes)
             if _mixes_glass(heads):
                 notes.append(
@@ -139,10 +142,10 @@ def explain_files(
         )
         del parts
         clocks_ref, engine_ref = ray.put(fleet), ray.put(engine)
-        attribute = ray.remote(num_cpus=1)(_attribute_group)
+        attribute_group = ray.remote(num_cpus=1)(_attribute_group)
         results = ray.get(
             [
-                attribute.remote(
+                attribute_group.remote(
                     stall_threshold_ns,
                     engine_ref,
                     clocks_ref,
@@ -171,7 +174,7 @@ def _read_file(
     """
     try:
         run = load_run(path, required=False)
-        views = [StreamView.of(i, timeline) for i, timeline in enumerate(run.timelines)]
+        views = stream_views(run.timelines, [0] * len(run.timelines))
         table = None
         if config is not None:
             table = FileTable(os.fspath(path), stream_table(run.timelines, config), run.note)
@@ -208,11 +211,7 @@ def _attribute_group(
     ]
     subjects, by_stream = group_views(views)
     neighbours = Neighbours(fleet)
-    tagged = [
-        (subject.index, stall)
-        for subject in subjects
-        for stall in attribute_stalls([subject], by_stream, neighbours, engine, stall_threshold_ns)
-    ]
+    tagged = attribute_tagged(subjects, by_stream, neighbours, engine, stall_threshold_ns)
     return tagged, StreamsSeen.of(subjects, views)
 
 

@@ -20,7 +20,7 @@ from steadystream.metrics import ARRIVAL_WINDOW_NS, FleetMetrics, MetricConfig, 
 if TYPE_CHECKING:
     from steadystream.attribution import Explanation
 
-__all__ = ["Finding", "find"]
+__all__ = ["PER_GAP_FIGURES", "Finding", "find", "is_rechunked"]
 
 HEAD_BURST_FLAG = 2.0  # twice the steady rate in the first window
 SINGLE_TOKEN_SHARE = 0.5
@@ -31,6 +31,7 @@ ENVELOPE_FLAG = 10.0  # wire bytes per content byte
 BUFFERING_FLAG = 4.0
 BUFFERING_MIN_CHUNKS = 8
 BUFFERING_SHARE = 0.5
+RECHUNKED_SHARE = 0.5  # streams whose tokens came in pieces: the run went through a re-chunker
 # Vantage points from the engine outwards: bursts already seen nearer the engine are not
 # the doing of a proxy between the two.
 _EDGE_RANK = {
@@ -46,6 +47,7 @@ class Finding:
     code: str  # stable identifier, e.g. "p99-hides-freezes"
     message: str
     streams: int  # how many streams it concerns
+    figure: str = ""  # the figure it rests on (a metric of docs/metrics.md, or the attribution)
 
 
 def find(
@@ -68,6 +70,11 @@ def find(
         if cause is not None:
             found.append(cause)
     col = table.column
+    sources = Counter(table.token_sources)
+    # A run whose tokens something cut into pieces on the way (a re-chunking pacer): its
+    # chunks and its gaps between pieces are that pacer's, so findings that read them as
+    # the server's (one token per chunk, p99/p50 of the gaps) do not apply to it.
+    rechunked = is_rechunked(table)
     threshold = config.stall_threshold_ns / 1e9
     worst, p99 = col("max_gap_s"), col("gap_p99_s")
     with np.errstate(invalid="ignore"):
@@ -82,9 +89,10 @@ def find(
                 " kept their own p99 gap under it: one freeze is a single gap, above the 99th"
                 " percentile. The worst gap is the number that shows it.",
                 hidden,
+                "max_gap_s and gap_p99_s per stream",
             )
         )
-    if fleet.unstable_share:
+    if fleet.unstable_share and not rechunked:
         unstable = int(np.nansum(col("unstable")))
         found.append(
             Finding(
@@ -92,11 +100,12 @@ def find(
                 f"{format_share(fleet.unstable_share)} of streams are unstable (p99/p50 gap"
                 f" ratio above {config.jitter_flag:g}).",
                 unstable,
+                "unstable_share",
             )
         )
     per_chunk = col("tokens_per_chunk")
     defined = per_chunk[~np.isnan(per_chunk)]
-    if len(defined) and (defined <= 1.0).mean() >= SINGLE_TOKEN_SHARE:
+    if len(defined) and (defined <= 1.0).mean() >= SINGLE_TOKEN_SHARE and not rechunked:
         overhead = fleet.envelope_overhead_mean
         cost = f"; each content byte costs {overhead:.0f} bytes on the wire" if overhead else ""
         found.append(
@@ -106,6 +115,7 @@ def find(
                 f" token or less per chunk{cost}."
                 " A re-chunking pacer coalesces them.",
                 int((defined <= 1.0).sum()),
+                "tokens_per_chunk",
             )
         )
     elif fleet.envelope_overhead_mean and fleet.envelope_overhead_mean > ENVELOPE_FLAG:
@@ -114,6 +124,7 @@ def find(
                 "envelope-overhead",
                 f"each content byte costs {fleet.envelope_overhead_mean:.0f} bytes on the wire.",
                 len(table),
+                "envelope_overhead",
             )
         )
     burst = col("head_burst")
@@ -127,12 +138,12 @@ def find(
                 f" {format_duration(config.head_window_ns)} after the first visible token, then"
                 " slow down.",
                 bursty,
+                "head_burst",
             )
         )
     buffering = _proxy_buffering(table if edges is None else edges)
     if buffering is not None:
         found.insert(0, buffering)
-    sources = Counter(table.token_sources)
     estimated = sources[TokenSource.ESTIMATED.value]
     if estimated:
         found.append(
@@ -141,6 +152,7 @@ def find(
                 f"token counts of {estimated} streams are estimated from text: their server"
                 " reported no completion token count and they did not stop at max_tokens.",
                 estimated,
+                "token_source",
             )
         )
     shared = sources[TokenSource.USAGE_SHARED.value]
@@ -151,11 +163,30 @@ def find(
                 f"{shared} streams have more text events than their usage total has tokens:"
                 " something between the model and the client (a pacer, a proxy) cut tokens"
                 " into pieces. The total is kept; each event holds the tokens that begin in it,"
-                " so tokens per chunk is below 1.",
+                " so tokens per chunk is below 1"
+                + (
+                    ", and the gaps between pieces are the pacer's: the share of unstable"
+                    " streams (p99/p50) and one token per chunk are not read as the server's."
+                    if rechunked
+                    else "."
+                ),
                 shared,
+                "token_source",
             )
         )
     return found
+
+
+def is_rechunked(table: StreamTable) -> bool:
+    """Whether most of the run's streams had their tokens cut into pieces on the way (a
+    re-chunking pacer): its chunks and the gaps between them are then that pacer's."""
+    shared = sum(1 for source in table.token_sources if source == TokenSource.USAGE_SHARED.value)
+    return len(table) > 0 and shared >= RECHUNKED_SHARE * len(table)
+
+
+PER_GAP_FIGURES = frozenset(("unstable_share",))
+"""Fleet figures read from the gaps between chunks as the server's: not compared between a
+re-chunked run and one that was not (:func:`is_rechunked`)."""
 
 
 def _proxy_buffering(table: StreamTable) -> Finding | None:
@@ -204,7 +235,7 @@ def _proxy_buffering(table: StreamTable) -> Finding | None:
         " (nginx: proxy_buffering off, or X-Accel-Buffering: no from the upstream, which the"
         " gateway sends)."
     )
-    return Finding("proxy-buffering", message, affected)
+    return Finding("proxy-buffering", message, affected, "chunks_per_arrival")
 
 
 def _first_byte_delay(
@@ -246,4 +277,5 @@ def _dominant_cause(explanation: Explanation) -> Finding | None:
         f"{top.share:.0%} of stall time ({format_duration(round(top.time_s * 1e9))} of"
         f" {format_duration(total)}, {top.stalls} stalls) is {top.cause}: {top.mitigation}.",
         streams,
+        "stall time by cause (explain)",
     )

@@ -116,3 +116,16 @@ def test_bench_refuses_a_bad_engine_metrics_value(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--engine-metrics", "metrics"])
     assert result.exit_code == 2
     assert "--engine-metrics" in result.output
+
+
+def test_analyze_no_explain_gives_the_metrics_without_causes(run: Path) -> None:
+    full = orjson.loads(runner.invoke(app, ["analyze", str(run), "--json"]).output)
+    result = runner.invoke(app, ["analyze", str(run), "--json", "--no-explain"])
+    assert result.exit_code == 0, result.output
+    bare = orjson.loads(result.output)
+    assert full["stall_causes"]["kv-preemption"]["stalls"] == 1
+    assert bare["stall_causes"] is None
+    assert bare["fleet"] == full["fleet"]
+    assert [f["code"] for f in bare["findings"]] == [
+        f["code"] for f in full["findings"] if f["code"] != "stall-cause"
+    ]

@@ -137,6 +137,10 @@ def test_cli_analyze_ray_attributes_the_stalls_too(tmp_path: Path, ray_local: An
     assert here_data["stall_causes"]
     for key in ("fleet", "worst_streams", "findings", "stall_causes", "notes"):
         assert ray_data[key] == here_data[key], key
+    # --no-explain: the metrics alone, on Ray as here
+    bare = orjson.loads(runner.invoke(app, [*args, "--ray", "--no-explain"]).output)
+    assert bare["stall_causes"] is None
+    assert bare["fleet"] == here_data["fleet"]
 
 
 def test_a_bad_file_is_the_same_clear_error_on_ray(tmp_path: Path, ray_local: Any) -> None:

@@ -103,7 +103,7 @@ def test_an_allowed_origin_gets_preflight_and_a_readable_stream_another_does_not
 def test_a_bad_cors_config_names_the_key() -> None:
     for cors, fragment in (
         ({"allow_origins": ["app.example.test/path"]}, "allow_origins"),
-        ({"allow_methods": ["DELETE"]}, "allow_methods"),
+        ({"allow_methods": ["PUT"]}, "allow_methods"),
         ({"allow_origins": ["*"], "allow_credentials": True}, "allow_credentials"),
     ):
         with pytest.raises(ConfigError, match=fragment):

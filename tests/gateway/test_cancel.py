@@ -36,7 +36,10 @@ def test_a_disconnect_frees_the_sequence_in_the_engine(
 ) -> None:
     with (
         LabServer("steady") as lab,
-        GatewayServer(gateway_config(upstream(lab, "lab", fault=fault)), recorder=sink) as gw,
+        # (no grace: the generation is cancelled as the client leaves, gateway/resume)
+        GatewayServer(
+            gateway_config(upstream(lab, "lab", fault=fault), resume={"grace": 0}), recorder=sink
+        ) as gw,
     ):
         sock = connect(gw.base_url)
         sock.sendall(

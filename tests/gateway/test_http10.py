@@ -67,7 +67,7 @@ def test_a_stream_to_an_http10_client_is_close_delimited(
     # What came is the event stream itself: no chunk-size line, no chunk-ending CRLF.
     lines = [line for line in body.split(b"\n") if line]
     assert lines
-    assert all(line.startswith((b"data: ", b":")) for line in lines), lines[:3]
+    assert all(line.startswith((b"data: ", b"id: ", b":")) for line in lines), lines[:3]
     events = [item.data for item in SseDecoder().feed(body) if isinstance(item, SseEvent)]
     assert is_done(events[-1])
     assert "".join(parse_chunk(data).text for data in events[:-1])

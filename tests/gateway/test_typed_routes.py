@@ -317,7 +317,8 @@ def test_a_client_that_leaves_mid_stream_closes_the_upstream_stream(
 ) -> None:
     with (
         TypedUpstream("leaving") as upstream,
-        GatewayServer(gateway_config(entry(upstream)), recorder=sink) as gw,
+        # (no grace: the generation is cancelled as the client leaves, gateway/resume)
+        GatewayServer(gateway_config(entry(upstream), resume={"grace": 0}), recorder=sink) as gw,
     ):
         request_id = f"left{path[1:]}"
         sock = connect(gw.base_url)

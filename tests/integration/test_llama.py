@@ -228,6 +228,8 @@ def test_through_the_gateway_too(llama: Child) -> None:
         {
             "upstreams": [llama_upstream(llama)],
             "watchdog": {"first_token_timeout": "30s", "stall_timeout": "5s"},
+            # no wait for the reader to come back (resume.grace): the engine is told at once
+            "resume": {"grace": 0},
         }
     )
     with GatewayServer(config, recorder=sink) as gateway:

@@ -75,6 +75,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
                 upstream(lab, "lab", forward_headers=["X-Lab-Fault"]),
                 upstream(fallback, "fallback", priority=1),
                 watchdog={"first_token_timeout": "5s", "stall_timeout": "1s"},
+                # the bench's cancellations reach the engine at once (no wait for a resume),
+                # so the cancellation panels have this run's data
+                resume={"grace": 0},
             ),
             recorder=sink,
         ) as gateway,

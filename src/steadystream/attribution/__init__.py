@@ -1,4 +1,5 @@
-"""Attribution: which cause made each stall, how sure, and why (docs/attribution.md).
+"""Attribution: which causes made each stall, how much of it each, how sure, and why
+(docs/attribution.md).
 
 Pure: takes timelines (any vantage points, joined by request id and wall time) and engine
 metrics as numbers, returns explanations and scores. Reading files and scraping engines are
@@ -15,6 +16,7 @@ from steadystream.attribution.explain import (
     explain,
 )
 from steadystream.attribution.scoring import NO_CAUSE, Score, score
+from steadystream.attribution.shares import Share
 
 __all__ = [
     "ATTRIBUTABLE",
@@ -28,6 +30,7 @@ __all__ = [
     "Explanation",
     "HurtStream",
     "Score",
+    "Share",
     "explain",
     "score",
 ]

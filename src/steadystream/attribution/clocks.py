@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream.attribution.streams import StreamView
+from steadystream.attribution.streams import StreamView, head_lumps
 
 __all__ = ["StreamClocks"]
 
@@ -44,14 +44,14 @@ class StreamClocks:
         lengths = np.array([len(view.times) for view in rows], dtype=np.int64)
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        times = [view.times for view in rows]
+        times = np.concatenate([np.zeros(0, dtype=np.int64), *(view.times for view in rows)])
         return cls(
             index=np.array([view.index for view in rows], dtype=np.int64),
             wall0=np.array([view.wall0_ns or 0 for view in rows], dtype=np.int64),
             timed=np.array([view.wall0_ns is not None for view in rows], dtype=np.bool_),
-            head_lump=np.array([view.lump_after(0) for view in rows], dtype=np.int64),
+            head_lump=head_lumps(offsets, times),
             offsets=offsets,
-            times=np.concatenate(times) if times else np.zeros(0, dtype=np.int64),
+            times=times,
         )
 
     def __len__(self) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "INJECTED_FAULTS",
     "KV_USAGE",
     "PREEMPTIONS",
     "PROMPT_TOKENS",
@@ -36,6 +37,7 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 LAG_RESETS = "lab:scheduling_lag_resets_total"  # the lab's own: it fell behind its plan
 LAG_SUM = "lab:scheduling_lag_seconds_sum"  # the lab's own: step start minus planned, summed
 LAG_COUNT = "lab:scheduling_lag_seconds_count"
+INJECTED_FAULTS = "lab:injected_faults_total"  # the replay's: pauses injected, as played
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -79,6 +81,36 @@ class EngineSamples:
             first = 0.0  # a counter not yet exported had counted nothing (vLLM adds them lazily)
         # A counter that went down was reset (the engine restarted): count from zero.
         return float(last - first) if last >= first else float(last)
+
+    def increases(self, name: str, start_s: FloatArray, end_s: FloatArray) -> FloatArray:
+        """:meth:`increase` over many windows at once (NaN where it says None)."""
+        values = self.series.get(name)
+        out = np.full(len(start_s), np.nan)
+        if values is None:
+            return out
+        before = np.searchsorted(self.times_s, start_s, side="right") - 1
+        after = np.searchsorted(self.times_s, end_s, side="left")
+        inside = np.flatnonzero((before >= 0) & (after < len(self.times_s)))
+        first, last = values[before[inside]], values[after[inside]]
+        first = np.where(np.isfinite(first), first, 0.0)
+        out[inside] = np.where(last >= first, last - first, last)  # NaN stays NaN
+        return out
+
+    def peaks(self, name: str, start_s: FloatArray, end_s: FloatArray) -> FloatArray:
+        """:meth:`peak` over many windows at once (NaN where it says None)."""
+        values = self.series.get(name)
+        out = np.full(len(start_s), np.nan)
+        if values is None or not len(values):
+            return out
+        lo = np.searchsorted(self.times_s, start_s, side="left")
+        hi = np.searchsorted(self.times_s, end_s, side="right")
+        inside = np.flatnonzero(hi > lo)
+        if len(inside):
+            # fmax ignores NaN (a series not scraped then); a window of NaN alone stays NaN.
+            padded = np.append(values, np.nan)
+            bounds = np.column_stack((lo[inside], hi[inside])).ravel()
+            out[inside] = np.fmax.reduceat(padded, bounds)[::2]
+        return out
 
     def peak(self, name: str, start_s: float, end_s: float) -> float | None:
         """The largest value of gauge ``name`` scraped within the window (None: no scrape)."""

@@ -1,21 +1,23 @@
 """What is known about one stall, gathered from every source at hand (pure; no I/O).
 
 Three sources, each optional: the subject stream and its neighbours (client timelines
-alone), the other vantage points of the same request (joined by request id and wall time),
-and engine metrics scraped during the run (joined by wall time).
+alone; :mod:`.neighbours`), the other vantage points of the same request (joined by request
+id and wall time), and engine metrics scraped during the run (joined by wall time). Every
+stall of a run is gathered at once (:func:`gather_all`): the neighbours and the engine in
+whole-array passes, the few other vantage points of each stall's request one by one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from steadystream._types import Where
-from steadystream.attribution.clocks import StreamClocks
 from steadystream.attribution.engine import (
+    INJECTED_FAULTS,
     KV_USAGE,
     LAG_COUNT,
     LAG_RESETS,
@@ -28,16 +30,25 @@ from steadystream.attribution.engine import (
     WAITING,
     EngineSamples,
 )
-from steadystream.attribution.streams import StallSite, StreamView, silent_between
+from steadystream.attribution.neighbours import ALIGN_NS, HEAD_LUMP, MAX_NEIGHBOURS, Neighbours
+from steadystream.attribution.streams import StallSite, StreamView
 
-__all__ = ["ALIGN_NS", "HEAD_LUMP", "EngineReading", "Evidence", "Neighbours", "gather"]
+__all__ = [
+    "ALIGN_NS",
+    "HEAD_LUMP",
+    "MAX_NEIGHBOURS",
+    "EngineReading",
+    "Evidence",
+    "Neighbours",
+    "gather",
+    "gather_all",
+]
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
-HEAD_LUMP = 5  # text events released at once with the first token: a held head
 STARVED_LAG_S = 0.05  # the lab's steps starting this late on average: its host is short of CPU
-ALIGN_NS = 10_000_000  # streams resuming this close together ended one and the same step
-MAX_NEIGHBOURS = 64  # streams asked whether they paused with a stall (a sample beyond that)
 
 # The engine's counters move at step boundaries and are scraped every 100 ms: read them from
 # a little before the gap opened (a preemption happens at the boundary that starts it) to a
@@ -59,6 +70,7 @@ class EngineReading:
     kv_peak: float | None
     lag_resets: float | None  # the lab re-anchored its plan: its host fell behind
     lag_mean_s: float | None  # the lab's mean lag behind its plan per step meanwhile
+    injected: float | None = None  # pauses the server injected meanwhile (the replay's count)
 
     @classmethod
     def over(cls, samples: EngineSamples, start_s: float, end_s: float) -> EngineReading:
@@ -75,7 +87,52 @@ class EngineReading:
             lag_mean_s=_ratio(
                 samples.increase(LAG_SUM, lo, hi), samples.increase(LAG_COUNT, lo, hi)
             ),
+            injected=samples.increase(INJECTED_FAULTS, lo, hi),
         )
+
+    @classmethod
+    def over_many(
+        cls, samples: EngineSamples, start_s: FloatArray, end_s: FloatArray
+    ) -> list[EngineReading]:
+        """:meth:`over` for many stalls at once (each series read in one pass)."""
+        lo, hi = start_s - _BEFORE_S, end_s + _AFTER_S
+        columns = {
+            name: samples.increases(name, lo, hi)
+            for name in (
+                PREEMPTIONS,
+                PROMPT_TOKENS,
+                SPEC_DRAFTS,
+                SPEC_DRAFT_TOKENS,
+                SPEC_ACCEPTED,
+                LAG_RESETS,
+                LAG_SUM,
+                LAG_COUNT,
+                INJECTED_FAULTS,
+            )
+        }
+        columns[WAITING] = samples.peaks(WAITING, lo, hi)
+        columns[KV_USAGE] = samples.peaks(KV_USAGE, lo, hi)
+        values = {name: column.tolist() for name, column in columns.items()}
+        readings = []
+        for i in range(len(lo)):
+            row = {
+                name: (None if value[i] != value[i] else value[i]) for name, value in values.items()
+            }
+            readings.append(
+                cls(
+                    preemptions=row[PREEMPTIONS],
+                    prompt_tokens=row[PROMPT_TOKENS],
+                    drafts=row[SPEC_DRAFTS],
+                    draft_tokens=row[SPEC_DRAFT_TOKENS],
+                    accepted=row[SPEC_ACCEPTED],
+                    waiting_peak=row[WAITING],
+                    kv_peak=row[KV_USAGE],
+                    lag_resets=row[LAG_RESETS],
+                    lag_mean_s=_ratio(row[LAG_SUM], row[LAG_COUNT]),
+                    injected=row[INJECTED_FAULTS],
+                )
+            )
+        return readings
 
     @property
     def starved(self) -> bool:
@@ -103,82 +160,67 @@ class Evidence:
     seen_at: tuple[Where, ...]  # vantage points engine-side that had it too
     engine: EngineReading | None
     head_lump_share: float  # share of all streams whose first token came in a lump
+    common_ns: int | None = None  # the part of the gap most streams in flight were silent too
+    head_alike: int = 0  # other streams whose first token came in a lump of about this size
 
 
-class Neighbours:
-    """The subject streams on the wall clock, to ask which were in flight at an instant."""
-
-    def __init__(self, clocks: StreamClocks) -> None:
-        timed = np.flatnonzero(clocks.timed)
-        self._clocks = clocks
-        self._rows = timed
-        self._index = clocks.index[timed]
-        walls = clocks.wall0[timed]
-        self._sent = walls
-        self._first = walls + clocks.times[clocks.offsets[timed]]
-        self._last = walls + clocks.times[clocks.offsets[timed + 1] - 1]
-        heads = len(clocks)
-        lumped = int((clocks.head_lump >= HEAD_LUMP).sum())
-        self.head_lump_share = lumped / heads if heads else 0.0
-
-    @classmethod
-    def of(cls, subjects: Sequence[StreamView]) -> Neighbours:
-        return cls(StreamClocks.of(subjects))
-
-    def stretched_share(
-        self, stream: StreamView, start_ns: int, end_ns: int, *, first_token: bool
-    ) -> tuple[float | None, int]:
-        """The share of the other streams in flight that paused with this one: silent
-        through the middle of the gap, and paused or resumed within :data:`ALIGN_NS` of it
-        (one engine step, stretched for all; streams that pause each for its own reasons
-        start and end at their own times). Before a first token, streams that were still
-        waiting for theirs count too, and only the resumption can line up."""
-        quarter = (end_ns - start_ns) // 4
-        lo, hi = start_ns + quarter, end_ns - quarter
-        opened = self._sent if first_token else self._first
-        candidates = np.flatnonzero((opened <= lo) & (self._last >= hi))
-        if len(candidates) > MAX_NEIGHBOURS:
-            # A share is as well told by a sample: a fixed, evenly spread one keeps the cost
-            # of a 100,000-stream run bounded and the answer reproducible.
-            pick = np.linspace(0, len(candidates) - 1, MAX_NEIGHBOURS).astype(np.int64)
-            candidates = candidates[pick]
-        stretched = count = 0
-        for i in candidates:
-            if self._index[i] == stream.index:
-                continue  # the stream itself
-            other = _Other(int(self._sent[i]), self._clocks.times_of(int(self._rows[i])))
-            verdict = other.silent(lo, hi, first_token)
-            if verdict is None:
-                continue
-            count += 1
-            if not verdict:
-                continue
-            # Paused with it: its last event came within ALIGN_NS of this one's, and nothing
-            # after that; resumed with it: the mirror image at the other end.
-            resumed = (
-                other.silent(end_ns - ALIGN_NS, end_ns + ALIGN_NS, first_token) is False
-                and other.silent(lo, end_ns - ALIGN_NS, first_token) is True
-            )
-            paused = (
-                not first_token
-                and other.silent(start_ns - ALIGN_NS, start_ns + ALIGN_NS, False) is False
-                and other.silent(start_ns + ALIGN_NS, hi, False) is True
-            )
-            stretched += resumed or paused
-        return (stretched / count if count else None), count
-
-
-@dataclass(frozen=True, slots=True)
-class _Other:
-    """Another stream in flight, as :meth:`Neighbours.stretched_share` asks it."""
-
-    wall0_ns: int
-    times: IntArray
-
-    def silent(self, start_ns: int, end_ns: int, from_request: bool) -> bool | None:
-        return silent_between(
-            self.wall0_ns, self.times, start_ns, end_ns, from_request=from_request
+def gather_all(
+    sites: Sequence[StallSite],
+    neighbours: Neighbours,
+    by_stream: Mapping[int, Sequence[StreamView]],
+    engine: EngineSamples | None,
+) -> list[Evidence]:
+    """:func:`gather` for many stalls at once: the neighbours and the engine over all of
+    them in whole-array passes, each stall's other edges on its own (a handful)."""
+    wall0 = np.array([site.stream.wall0_ns or 0 for site in sites], dtype=np.int64)
+    timed = np.array([site.stream.wall0_ns is not None for site in sites], dtype=np.bool_)
+    start = wall0 + np.array([site.start_ns for site in sites], dtype=np.int64)
+    end = wall0 + np.array([site.end_ns for site in sites], dtype=np.int64)
+    at = np.flatnonzero(timed)
+    share, others, common = neighbours.in_flight(
+        np.array([sites[i].stream.index for i in at.tolist()], dtype=np.int64),
+        start[at],
+        end[at],
+        np.array([sites[i].first_token for i in at.tolist()], dtype=np.bool_),
+    )
+    readings: Sequence[EngineReading | None] = [None] * len(at)
+    if engine is not None and len(engine):
+        readings = EngineReading.over_many(engine, start[at] / 1e9, end[at] / 1e9)
+    found: list[tuple[float | None, int, EngineReading | None, int | None] | None]
+    found = [None] * len(sites)
+    for k, i in enumerate(at.tolist()):
+        found[i] = (
+            None if np.isnan(share[k]) else float(share[k]),
+            int(others[k]),
+            readings[k],
+            None if common[k] < 0 else int(common[k]),
         )
+    evidence = []
+    for i, site in enumerate(sites):
+        stream = site.stream
+        lump = stream.lump_after(site.position)
+        here = found[i]
+        if here is None:
+            evidence.append(
+                Evidence(site, lump, None, 0, None, (), None, neighbours.head_lump_share)
+            )
+            continue
+        missing_at, seen = _placed(site, by_stream[stream.stream], int(start[i]), int(end[i]))
+        evidence.append(
+            Evidence(
+                site,
+                lump,
+                here[0],
+                here[1],
+                missing_at,
+                seen,
+                here[2],
+                neighbours.head_lump_share,
+                here[3],
+                neighbours.heads_alike(lump) if site.first_token else 0,
+            )
+        )
+    return evidence
 
 
 def gather(
@@ -188,37 +230,29 @@ def gather(
     engine: EngineSamples | None,
 ) -> Evidence:
     """Evidence about ``site`` from its stream, its neighbours, its other edges and the engine."""
+    return gather_all([site], neighbours, {site.stream.stream: edges}, engine)[0]
+
+
+def _placed(
+    site: StallSite, edges: Sequence[StreamView], wall_start: int, wall_end: int
+) -> tuple[Where | None, tuple[Where, ...]]:
+    """The nearest vantage point engine-side that did not see the gap (None: all that
+    could tell did), and those that saw it too, nearest the reader first."""
     stream = site.stream
-    lump = stream.lump_after(site.position)
-    wall_start, wall_end = stream.wall(site.start_ns), stream.wall(site.end_ns)
-    shared: float | None = None
-    others = 0
-    missing_at: Where | None = None
+    # The middle half of the gap: edges a step apart still agree on it.
+    quarter = (wall_end - wall_start) // 4
+    lo, hi = wall_start + quarter, wall_end - quarter
     seen: list[Where] = []
-    reading: EngineReading | None = None
-    if wall_start is not None and wall_end is not None:
-        # The middle half of the gap: edges a step apart still agree on it.
-        quarter = (wall_end - wall_start) // 4
-        lo, hi = wall_start + quarter, wall_end - quarter
-        shared, others = neighbours.stretched_share(
-            stream, wall_start, wall_end, first_token=site.first_token
-        )
-        for edge in reversed(edges):  # nearest the reader first
-            if edge.rank >= stream.rank:
-                continue
-            verdict = edge.silent_between(lo, hi, from_request=True)
-            if verdict is None:
-                continue
-            if verdict:
-                seen.append(edge.where)
-            else:
-                missing_at = edge.where
-                break
-        if engine is not None and len(engine):
-            reading = EngineReading.over(engine, wall_start / 1e9, wall_end / 1e9)
-    return Evidence(
-        site, lump, shared, others, missing_at, tuple(seen), reading, neighbours.head_lump_share
-    )
+    for edge in reversed(edges):  # nearest the reader first
+        if edge.rank >= stream.rank:
+            continue
+        verdict = edge.silent_between(lo, hi, from_request=True)
+        if verdict is None:
+            continue
+        if not verdict:
+            return edge.where, tuple(seen)
+        seen.append(edge.where)
+    return None, tuple(seen)
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:

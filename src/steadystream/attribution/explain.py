@@ -14,9 +14,10 @@ from typing import Any
 from steadystream._types import Where
 from steadystream.attribution.causes import MITIGATIONS
 from steadystream.attribution.engine import EngineSamples
-from steadystream.attribution.evidence import Neighbours, gather
+from steadystream.attribution.evidence import Neighbours, gather_all
 from steadystream.attribution.rules import decide
-from steadystream.attribution.streams import StreamView, find_stalls, subjects_and_edges
+from steadystream.attribution.shares import Share, split
+from steadystream.attribution.streams import StreamView, find_all_stalls, subjects_and_edges
 from steadystream.timeline import Timeline
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "StreamsSeen",
     "assemble",
     "attribute_stalls",
+    "attribute_tagged",
     "check_threshold",
     "explain",
 ]
@@ -50,10 +52,16 @@ class AttributedStall:
     evidence: str
     first_token: bool  # the wait for the first token
     started_at: float | None  # the stall's start on the wall clock (unix seconds)
+    shares: tuple[Share, ...] = ()  # its time by cause, largest first (empty: all ``cause``)
 
     @property
     def duration_s(self) -> float:
         return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def parts(self) -> tuple[Share, ...]:
+        """Its time by cause: the shares, or all of it to ``cause``."""
+        return self.shares or (Share(self.cause, 1.0, self.confidence),)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +75,7 @@ class AttributedStall:
             "first_token": self.first_token,
             "cause": self.cause,
             "confidence": round(self.confidence, 3),
+            "shares": [share.to_json(self.duration_s) for share in self.parts],
             "evidence": self.evidence,
         }
 
@@ -198,13 +207,32 @@ def attribute_stalls(
     ``by_stream`` holds every view of each subject's stream; ``neighbours`` every subject stream of
     the run, which may be more than ``subjects`` (a part of the run explained apart).
     """
-    stalls: list[AttributedStall] = []
-    for stream in subjects:
-        edges = by_stream[stream.stream]
-        for site in find_stalls(stream, stall_threshold_ns):
-            verdict = decide(gather(site, neighbours, edges, engine))
-            wall = stream.wall(site.start_ns)
-            stalls.append(
+    return [
+        stall
+        for _, stall in attribute_tagged(
+            subjects, by_stream, neighbours, engine, stall_threshold_ns
+        )
+    ]
+
+
+def attribute_tagged(
+    subjects: Sequence[StreamView],
+    by_stream: Mapping[int, Sequence[StreamView]],
+    neighbours: Neighbours,
+    engine: EngineSamples | None,
+    stall_threshold_ns: int,
+) -> list[tuple[int, AttributedStall]]:
+    """:func:`attribute_stalls`, each stall tagged with its subject's ``index``."""
+    sites = find_all_stalls(subjects, stall_threshold_ns)
+    stalls: list[tuple[int, AttributedStall]] = []
+    for site, evidence in zip(sites, gather_all(sites, neighbours, by_stream, engine), strict=True):
+        verdict = decide(evidence)
+        shares, why = split(evidence, verdict)
+        stream = site.stream
+        wall = stream.wall(site.start_ns)
+        stalls.append(
+            (
+                stream.index,
                 AttributedStall(
                     stream=stream.stream,
                     stream_id=stream.stream_id,
@@ -213,13 +241,15 @@ def attribute_stalls(
                     text_index=site.position,
                     start_ns=site.start_ns,
                     end_ns=site.end_ns,
-                    cause=verdict.cause,
-                    confidence=verdict.confidence,
-                    evidence=verdict.evidence,
+                    cause=shares[0].cause,
+                    confidence=shares[0].confidence,
+                    evidence="; ".join(filter(None, (verdict.evidence, why))),
                     first_token=site.first_token,
                     started_at=None if wall is None else wall / 1e9,
-                )
+                    shares=shares,
+                ),
             )
+        )
     return stalls
 
 
@@ -245,8 +275,9 @@ def _by_cause(stalls: Sequence[AttributedStall]) -> list[CauseShare]:
     counts: dict[str, int] = {}
     times: dict[str, float] = {}
     for stall in stalls:
-        counts[stall.cause] = counts.get(stall.cause, 0) + 1
-        times[stall.cause] = times.get(stall.cause, 0.0) + stall.duration_s
+        for share in stall.parts:  # a stall counts once for each cause it has a share of
+            counts[share.cause] = counts.get(share.cause, 0) + 1
+            times[share.cause] = times.get(share.cause, 0.0) + stall.duration_s * share.fraction
     total = sum(times.values())
     shares = [
         CauseShare(cause, counts[cause], times[cause], times[cause] / total, MITIGATIONS[cause])
@@ -263,7 +294,8 @@ def _most_hurt(stalls: Sequence[AttributedStall], worst: int) -> list[HurtStream
     ids: dict[int, str] = {}
     for stall in stalls:
         causes = per_stream.setdefault(stall.stream, {})
-        causes[stall.cause] = causes.get(stall.cause, 0.0) + stall.duration_s
+        for share in stall.parts:
+            causes[share.cause] = causes.get(share.cause, 0.0) + stall.duration_s * share.fraction
         counts[stall.stream] = counts.get(stall.stream, 0) + 1
         ids[stall.stream] = stall.stream_id
     hurt = [

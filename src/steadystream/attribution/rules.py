@@ -19,6 +19,7 @@ from steadystream.attribution.evidence import HEAD_LUMP, EngineReading, Evidence
 __all__ = ["LUMP_FACTOR", "SHARED_SHARE", "Verdict", "decide"]
 
 HEAD_POLICY_SHARE = 0.5  # share of streams whose head came in a lump: a server policy
+HEAD_ALIKE_STREAMS = 2  # ... or this many others' heads in lumps of the same size
 ONE_STEP_NS = 1_000_000_000  # a stretched step is shorter than this; a longer wait is queueing
 LOW_ACCEPTANCE = 0.6  # draft acceptance under this makes rejections likely
 LUMP_MIN = 3  # text events arriving together after a gap: a backlog let go
@@ -44,6 +45,12 @@ def decide(ev: Evidence) -> Verdict:
         said.append("also seen at " + ", ".join(w.value for w in ev.seen_at))
     if ev.missing_at is not None:
         return _placed_on_path(ev, said)
+    if ev.engine is not None and ev.engine.injected:
+        said.append(
+            f"the server counted {ev.engine.injected:.0f} injected pause(s) played meanwhile"
+            " (a replay with --inject): asked for, not the engine's"
+        )
+        return _verdict(Cause.INJECTED_FAULT, 0.8, said)
     if site.first_token:
         return _first_token(ev, said)
     stream = site.stream
@@ -111,6 +118,12 @@ def _first_token(ev: Evidence, said: list[str]) -> Verdict:
                 " and releases it at once"
             )
             return _verdict(Cause.HEAD_BURST, 0.85, said)
+        if ev.head_alike >= HEAD_ALIKE_STREAMS:
+            said.append(
+                f"as {ev.head_alike} other streams' first tokens did, in lumps of about the"
+                " same size: the server holds a fixed head and releases it at once"
+            )
+            return _verdict(Cause.HEAD_BURST, 0.75, said)
         said.append("which few other streams do: a backlog let go after a freeze")
         return _verdict(Cause.CONNECTION_HICCUP, 0.6, said)
     engine = ev.engine
@@ -185,7 +198,7 @@ def _starved(engine: EngineReading, said: list[str]) -> Verdict:
 def _from_stream_alone(ev: Evidence, said: list[str]) -> Verdict:
     stream = ev.site.stream
     per_chunk = stream.tokens_per_chunk
-    counted = stream.token_source is not TokenSource.ESTIMATED
+    counted = stream.token_source not in (TokenSource.ESTIMATED, TokenSource.UNKNOWN)
     if counted and per_chunk is not None and per_chunk >= SPEC_TOKENS_PER_CHUNK:
         said.append(
             f"{per_chunk:.1f} tokens per chunk: accepted drafts arrive several at a time,"

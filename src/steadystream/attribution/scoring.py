@@ -1,7 +1,9 @@
 """Score attributions against the lab's ground truth (pure).
 
 The lab records, per event, the main cause of the gap that ends at it (the ``cause``
-annotation of its timelines, docs/lab.md#causes). A stall ending at a stream's k-th text
+annotation of its timelines, docs/lab.md#causes) and the delay each cause added to it
+(``cause_ns``); a stall is scored by overlap of time, its true shares against its
+attributed ones. A stall ending at a stream's k-th text
 event is scored against the lab's k-th text event of the same request id: events keep their
 order from the lab to the reader, whatever the path groups or delays. A gap the lab charged
 to nothing is ``none`` (the lab made no pause there: a long prefill of the stream's own
@@ -85,14 +87,17 @@ class Score:
 
 
 def score(explanation: Explanation, truth: Sequence[Timeline]) -> Score:
-    """Score ``explanation`` against lab timelines carrying the ``cause`` annotation."""
-    causes: dict[str, list[str | None]] = {}
+    """Score ``explanation`` against lab timelines carrying the ``cause`` annotation, by
+    overlap of time: each stall's true shares (the lab's ``cause_ns``, the delay each cause
+    added to the gap; else all of it to ``cause``) against its attributed shares."""
+    causes: dict[str, list[dict[str, float]]] = {}
     for timeline in truth:
         if timeline.where is not Where.LAB or "cause" not in timeline.annotations:
             continue
-        notes = timeline.annotations["cause"]
-        text = np.flatnonzero(timeline.text_mask)
-        causes[timeline.stream_id] = [notes[int(i)] for i in text]
+        text = np.flatnonzero(timeline.text_mask).tolist()
+        main = timeline.annotations["cause"]
+        delays = timeline.annotations.get("cause_ns") or [None] * len(main)
+        causes[timeline.stream_id] = [_true_shares(main[i], delays[i]) for i in text]
     seconds: dict[tuple[str, str], float] = {}
     stalls: dict[tuple[str, str], int] = {}
     unmatched = 0
@@ -104,10 +109,49 @@ def score(explanation: Explanation, truth: Sequence[Timeline]) -> Score:
             unmatched += 1
             unmatched_s += stall.duration_s
             continue
-        key = (truths[position] or NO_CAUSE, stall.cause)
-        seconds[key] = seconds.get(key, 0.0) + stall.duration_s
+        true = truths[position]
+        said: dict[str, float] = {}
+        for share in stall.parts:
+            said[share.cause] = said.get(share.cause, 0.0) + share.fraction
+        for key, part in _overlap(true, said).items():
+            seconds[key] = seconds.get(key, 0.0) + part * stall.duration_s
+        key = (max(true, key=true.__getitem__), stall.cause)
         stalls[key] = stalls.get(key, 0) + 1
     return Score(seconds, stalls, unmatched, unmatched_s)
+
+
+def _true_shares(main: str | None, delays: str | None) -> dict[str, float]:
+    """The lab's shares of one gap: from ``cause_ns`` (``a=ns+b=ns``), else all to ``cause``
+    (a gap the lab named no cause for is ``none``, whatever small delays it carries)."""
+    if main is None:
+        return {NO_CAUSE: 1.0}
+    if delays:
+        parts = dict(piece.split("=", 1) for piece in delays.split("+"))
+        ns = {cause: float(value) for cause, value in parts.items() if float(value) > 0}
+        total = sum(ns.values())
+        if total > 0:
+            return {cause: value / total for cause, value in ns.items()}
+    return {main: 1.0}
+
+
+def _overlap(true: dict[str, float], said: dict[str, float]) -> dict[tuple[str, str], float]:
+    """Shares of a stall by (true, attributed) cause: where the two agree, the smaller of
+    the two on the diagonal; what is left of each spread over the other's rest."""
+    out: dict[tuple[str, str], float] = {}
+    true_rest, said_rest = dict(true), dict(said)
+    for cause in true:
+        both = min(true[cause], said.get(cause, 0.0))
+        if both > 0:
+            out[(cause, cause)] = both
+            true_rest[cause] -= both
+            said_rest[cause] -= both
+    rest = sum(v for v in said_rest.values() if v > 0)
+    if rest > 1e-12:
+        for a, left in true_rest.items():
+            for b, other in said_rest.items():
+                if left > 1e-12 and other > 1e-12:
+                    out[(a, b)] = out.get((a, b), 0.0) + left * other / rest
+    return out
 
 
 def _ordered(labels: set[str]) -> list[str]:

@@ -15,7 +15,7 @@ are as many files in, so two runs given one after the other, each with its edges
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,23 +23,27 @@ import numpy.typing as npt
 
 from steadystream._types import TokenSource, Where
 from steadystream.metrics import ARRIVAL_WINDOW_NS
-from steadystream.timeline import Timeline
+from steadystream.timeline import Timeline, is_text_event
 
 __all__ = [
     "EDGE_RANK",
     "StallSite",
     "StreamView",
+    "find_all_stalls",
     "find_stalls",
     "group_views",
     "outer_ranks",
     "silent_between",
     "stream_numbers",
+    "stream_views",
     "subjects_and_edges",
     "vantage_rank",
 ]
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 _MAX_WALL_S = 9e9  # unix seconds whose ns fit in 64 bits (until the year 2255)
+_BATCH_EVENTS = 1 << 20  # events packed at once when views are made: bounds the scratch arrays
 
 EDGE_RANK = {
     Where.LAB: 0,
@@ -59,9 +63,8 @@ class StreamView:
     stream: int  # which stream it is (its other vantage points share it): stream_numbers
     stream_id: str
     where: Where
-    event_index: IntArray  # each text event's index among all the timeline's events
+    event_index: npt.NDArray[np.int32]  # each text event's index among the timeline's events
     times: IntArray  # ns from the stream's own start
-    text_bytes: IntArray
     wall0_ns: int | None  # the stream's start on the wall clock, when recorded
     typical_arrival: float  # median text events per arrival (1: one at a time)
     tokens_per_chunk: float | None
@@ -69,23 +72,7 @@ class StreamView:
 
     @classmethod
     def of(cls, index: int, timeline: Timeline, stream: int = 0) -> StreamView:
-        mask = timeline.text_mask
-        positions = np.flatnonzero(mask).astype(np.int64)
-        times = timeline.times[mask].astype(np.int64)
-        tokens = int(timeline.tokens[mask].sum())
-        return cls(
-            index=index,
-            stream=stream,
-            stream_id=timeline.stream_id,
-            where=timeline.where,
-            event_index=positions,
-            times=times,
-            text_bytes=timeline.text_bytes[mask].astype(np.int64),
-            wall0_ns=_wall_ns(timeline.started_at),
-            typical_arrival=_typical_arrival(times),
-            tokens_per_chunk=tokens / len(times) if len(times) else None,
-            token_source=timeline.token_source,
-        )
+        return stream_views([timeline], [stream], first_index=index)[0]
 
     @property
     def rank(self) -> int:
@@ -145,9 +132,7 @@ def subjects_and_edges(
     streams = stream_numbers(
         [t.stream_id for t in timelines], [t.where.value for t in timelines], files
     )
-    return group_views(
-        [StreamView.of(i, t, s) for i, (t, s) in enumerate(zip(timelines, streams, strict=True))]
-    )
+    return group_views(stream_views(timelines, streams))
 
 
 def group_views(
@@ -245,13 +230,144 @@ def find_stalls(stream: StreamView, threshold_ns: int) -> list[StallSite]:
     return sites
 
 
-def _typical_arrival(times: IntArray) -> float:
-    """Median text events per arrival: events closer than the arrival window came together."""
-    if not len(times):
-        return 1.0
-    breaks = np.flatnonzero(np.diff(times) >= ARRIVAL_WINDOW_NS)
-    edges = np.concatenate(([0], breaks + 1, [len(times)]))
-    return float(np.median(np.diff(edges)))
+def find_all_stalls(streams: Sequence[StreamView], threshold_ns: int) -> list[StallSite]:
+    """:func:`find_stalls` of every stream, in their order: whole-array passes over their
+    times, a batch of streams at a time."""
+    sites: list[StallSite] = []
+    for first, last in _batches([len(s.times) for s in streams]):
+        sites += _batch_stalls(streams[first:last], threshold_ns)
+    return sites
+
+
+def _batch_stalls(streams: Sequence[StreamView], threshold_ns: int) -> list[StallSite]:
+    lengths = np.fromiter((len(s.times) for s in streams), dtype=np.int64, count=len(streams))
+    offsets = np.zeros(len(streams) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    times = np.concatenate([np.zeros(0, dtype=np.int64), *(s.times for s in streams)])
+    heads = offsets[:-1][lengths > 0]
+    waits = heads[times[heads] > threshold_ns]
+    gaps = np.zeros(len(times), dtype=np.int64)
+    np.subtract(times[1:], times[:-1], out=gaps[1:])
+    gaps[heads] = 0  # a row's first event ends no gap of this row
+    ends = np.union1d(waits, np.flatnonzero(gaps > threshold_ns))
+    owner = (np.searchsorted(offsets, ends, side="right") - 1).tolist()
+    position = (ends - offsets[owner]).tolist()
+    end_ns = times[ends].tolist()
+    start_ns = np.where(np.isin(ends, waits), 0, times[np.maximum(ends - 1, 0)]).tolist()
+    return [
+        StallSite(streams[r], p, a, b)
+        for r, p, a, b in zip(owner, position, start_ns, end_ns, strict=True)
+    ]
+
+
+def _batches(lengths: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """Consecutive ``(first, last)`` runs of rows holding about :data:`_BATCH_EVENTS` events
+    (one row at least): what is packed at once, so scratch arrays stay bounded."""
+    first = 0
+    while first < len(lengths):
+        last, events = first, 0
+        while last < len(lengths) and (last == first or events < _BATCH_EVENTS):
+            events += lengths[last]
+            last += 1
+        yield first, last
+        first = last
+
+
+def stream_views(
+    timelines: Sequence[Timeline], streams: Sequence[int], *, first_index: int = 0
+) -> list[StreamView]:
+    """A :class:`StreamView` of each timeline (``streams``: each one's stream number), its
+    ``index`` counted from ``first_index``. Built in whole-array passes over batches of
+    timelines: each view's arrays are slices of its batch's packed text events."""
+    views: list[StreamView] = []
+    for start, stop in _batches([len(t) for t in timelines]):
+        views += _batch_views(timelines[start:stop], streams[start:stop], first_index + start)
+    return views
+
+
+def _batch_views(
+    timelines: Sequence[Timeline], streams: Sequence[int], first_index: int
+) -> list[StreamView]:
+    empty = np.zeros(0, dtype=np.int64)
+    lengths = np.fromiter((len(t) for t in timelines), dtype=np.int64, count=len(timelines))
+    starts = np.zeros(len(timelines) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    kinds = np.concatenate([empty.astype(np.uint8), *(t.kinds for t in timelines)])
+    tokens = np.concatenate([empty, *(t.tokens for t in timelines)])
+    positions = np.flatnonzero(
+        is_text_event(kinds, tokens, np.concatenate([empty, *(t.text_bytes for t in timelines)]))
+    )
+    del kinds
+    times = np.concatenate([empty, *(t.times for t in timelines)])[positions].astype(np.int64)
+    offsets = np.searchsorted(positions, starts).astype(np.int64)  # each row's text events
+    rows = np.repeat(np.arange(len(timelines), dtype=np.int64), np.diff(offsets))
+    event_index = (positions - starts[rows]).astype(np.int32)  # half the memory of int64
+    summed = np.zeros(len(positions) + 1, dtype=np.int64)
+    np.cumsum(tokens[positions], out=summed[1:])
+    token_sums = (summed[offsets[1:]] - summed[offsets[:-1]]).tolist()
+    typical = typical_arrivals(offsets, times).tolist()
+    bounds = offsets.tolist()
+    return [
+        StreamView(
+            index=first_index + i,
+            stream=stream,
+            stream_id=timeline.stream_id,
+            where=timeline.where,
+            event_index=event_index[bounds[i] : bounds[i + 1]],
+            times=times[bounds[i] : bounds[i + 1]],
+            wall0_ns=_wall_ns(timeline.started_at),
+            typical_arrival=typical[i],
+            tokens_per_chunk=(
+                token_sums[i] / (bounds[i + 1] - bounds[i]) if bounds[i + 1] > bounds[i] else None
+            ),
+            token_source=timeline.token_source,
+        )
+        for i, (timeline, stream) in enumerate(zip(timelines, streams, strict=True))
+    ]
+
+
+def arrival_starts(offsets: IntArray, times: IntArray) -> IntArray:
+    """Where each arrival begins among packed text events (rows ``times[offsets[i]:offsets[i
+    + 1]]``): a row's first event, and each event :data:`ARRIVAL_WINDOW_NS` or more after the
+    one before it (closer ones came together); ``len(times)`` last."""
+    new = np.ones(len(times), dtype=np.bool_)
+    if len(times) > 1:
+        new[1:] = np.diff(times) >= ARRIVAL_WINDOW_NS
+    new[offsets[:-1][offsets[:-1] < len(times)]] = True
+    return np.append(np.flatnonzero(new), len(times)).astype(np.int64)
+
+
+def typical_arrivals(offsets: IntArray, times: IntArray) -> FloatArray:
+    """Each row's median text events per arrival (1.0 for a row without text events), in one
+    pass: arrival sizes sorted within rows, the middle one or two picked."""
+    breaks = arrival_starts(offsets, times)
+    sizes = np.diff(breaks)
+    owner = np.searchsorted(offsets, breaks[:-1], side="right") - 1
+    ordered = sizes[np.lexsort((sizes, owner))]
+    first = np.searchsorted(owner, np.arange(len(offsets) - 1), side="left")
+    count = np.diff(np.append(first, len(owner)))
+    typical = np.ones(len(offsets) - 1, dtype=np.float64)
+    has = count > 0
+    low = ordered[first[has] + (count[has] - 1) // 2]
+    high = ordered[first[has] + count[has] // 2]
+    typical[has] = (low + high) / 2
+    return typical
+
+
+def head_lumps(offsets: IntArray, times: IntArray) -> IntArray:
+    """Each row's text events that arrived with its first one (0 for a row without any):
+    rows still in their first arrival are followed an event at a time, so the scratch
+    arrays are as long as the rows, not the events."""
+    lumps = (offsets[1:] > offsets[:-1]).astype(np.int64)
+    rows = np.flatnonzero(lumps)
+    while len(rows):
+        at = offsets[rows] + lumps[rows]
+        more = at < offsets[rows + 1]
+        rows, at = rows[more], at[more]
+        together = times[at] - times[at - 1] < ARRIVAL_WINDOW_NS
+        rows = rows[together]
+        lumps[rows] += 1
+    return lumps
 
 
 def _wall_ns(started_at: float | None) -> int | None:

@@ -40,6 +40,14 @@ from steadystream._exceptions import (
 )
 from steadystream._types import Outcome, Where
 from steadystream.bench.cancel import CancelPoint
+from steadystream.bench.disconnect import (
+    STREAM_ID_HEADER,
+    DisconnectPlan,
+    EventIds,
+    Reconnect,
+    resume_headers,
+    resume_path,
+)
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
 from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
@@ -137,16 +145,20 @@ class StreamClient:
         request_id: str,
         *,
         cancel: CancelPoint | None = None,
+        disconnect: DisconnectPlan | None = None,
         on_interrupt: Callable[[Sent], None] | None = None,
     ) -> Sent:
         """Send one request and record its stream; never raises for the server's failures.
+
+        ``disconnect``: drop the connection at that point and come back for the rest
+        (bench/disconnect.py); the stream's reconnects go into its ``meta``.
 
         If the task is cancelled mid-stream (the run was interrupted), the stream recorded
         so far is handed to ``on_interrupt`` as ``cancelled`` before the cancellation goes on.
         """
         while True:
             level = self.usage_level
-            sent = await self._attempt(spec, request_id, level, cancel, on_interrupt)
+            sent = await self._attempt(spec, request_id, level, cancel, disconnect, on_interrupt)
             timeline = sent.timeline
             # Step down the usage options only on a clean refusal at the start.
             refused = (
@@ -171,12 +183,15 @@ class StreamClient:
         request_id: str,
         level: int,
         cancel: CancelPoint | None,
+        disconnect: DisconnectPlan | None,
         on_interrupt: Callable[[Sent], None] | None,
     ) -> Sent:
         endpoint, clock = self.endpoint, self.clock
         body = endpoint.body(spec, level)
         headers = endpoint.request_headers(request_id)
         state = _State(self, request_id, cancel, endpoint.max_tokens(spec))
+        if disconnect is not None:
+            state.ids = EventIds()
         conn: StampedConnection | None = None
         try:
             conn = await connection_type().open(
@@ -193,8 +208,12 @@ class StreamClient:
             refusal = await _refusal(conn, head, endpoint)
             if refusal is not None:
                 state.finish(clock.now_ns(), Outcome.ERROR, refusal)
+            elif disconnect is not None:
+                await self._drop_and_return(conn, state, disconnect, head, headers)
             elif cancel is not None and cancel.after_ns is not None:
-                await self._read_until(conn, state, state.sent_ns + cancel.after_ns)
+                closed = await self._read_until(conn, state, state.sent_ns + cancel.after_ns)
+                if closed is not None:
+                    state.finish(closed, Outcome.CANCELLED, state.cancel_reason())
             else:
                 state.end_ns = await self._read(conn, state)
         except asyncio.CancelledError:
@@ -215,19 +234,34 @@ class StreamClient:
             state.finish(state.end_ns if state.end_ns is not None else clock.now_ns(), None, None)
         return state.sent(level, spec)
 
-    async def _read(self, conn: StampedConnection, state: _State) -> int:
+    async def _read(
+        self, conn: StampedConnection, state: _State, *, drop_after: int | None = None
+    ) -> int:
+        """Read the body to its end; with ``drop_after`` (content chunks), stop there and
+        set ``state.dropped`` instead (the reader leaves, to come back)."""
         recorder = state.start_recording()
         feed = recorder.feed
-        counting = state.cancel is not None and state.cancel.after_tokens is not None
+        cancel_after = state.cancel.after_tokens if state.cancel is not None else None
+        limit = drop_after if drop_after is not None else cancel_after
+        ids, returned = state.ids, state.returned
 
         def sink(stamp: int, data: bytes) -> bool:
             state.reads += 1
             items = feed(stamp, data)
             if items:
                 state.note_stamp(stamp, len(items))
-            if counting and state.count_tokens(items):
+                if ids is not None:
+                    ids.see(items)
+                if returned is not None:
+                    if returned.first_ns is None:
+                        returned.first_ns = stamp - state.sent_ns
+                    returned.replayed += len(items)
+            if limit is not None and state.count_tokens(items, limit):
                 # Stopping closes the connection: the server sees the client leave now.
-                state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
+                if drop_after is not None:
+                    state.dropped = True
+                else:
+                    state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
                 return True
             # [DONE] or an error: nothing after it counts, and a server that keeps the
             # body open must not hold the slot until the read timeout.
@@ -235,7 +269,76 @@ class StreamClient:
 
         return await conn.stream_body(sink)
 
-    async def _read_until(self, conn: StampedConnection, state: _State, deadline_ns: int) -> None:
+    async def _drop_and_return(
+        self,
+        conn: StampedConnection,
+        state: _State,
+        plan: DisconnectPlan,
+        head: ResponseHead,
+        headers: dict[str, str],
+    ) -> None:
+        """Read to the drop point, close, wait ``back``, and read the rest of the stream
+        from ``GET /v1/streams/{id}`` with ``Last-Event-ID`` over a new connection."""
+        stream_id = head.headers.get(STREAM_ID_HEADER)
+        clock = self.clock
+        if plan.after.after_tokens is not None:
+            state.end_ns = await self._read(conn, state, drop_after=plan.after.after_tokens)
+            if not state.dropped:
+                return  # it ended first
+            dropped = clock.now_ns()  # (the sink's stop has closed the connection)
+        else:
+            closed = await self._read_until(conn, state, state.sent_ns + (plan.after.after_ns or 0))
+            if closed is None:
+                return
+            dropped = closed
+        ids = state.ids
+        assert ids is not None
+        reconnect = Reconnect(dropped - state.sent_ns, ids.last)
+        state.reconnects.append(reconnect)
+        if stream_id is None:
+            reconnect.error = (
+                f"the response named no stream ({STREAM_ID_HEADER}): --disconnect needs a"
+                " server that keeps streams, a steadystream gateway with resume on"
+            )
+            state.finish(dropped, Outcome.ERROR, reconnect.error)
+            return
+        await clock.sleep_until(dropped + plan.back_ns)
+        lost, doubled = ids.lost, ids.doubled
+        target = self.target._replace(
+            path=resume_path(self.target.path, self.endpoint.path, stream_id)
+        )
+        again = await connection_type().open(
+            target,
+            clock,
+            self.stamps,
+            connect_timeout_s=self.connect_timeout_s,
+            read_timeout_s=self.read_timeout_s,
+            resolve=self.resolve,
+        )
+        try:
+            reconnect.asked_ns = await again.send("GET", resume_headers(headers, ids.last))
+            reconnect.asked_ns -= state.sent_ns
+            head = await again.head()
+            reconnect.status = head.status
+            refusal = await _refusal(again, head, self.endpoint)
+            if refusal is not None:
+                reconnect.error = refusal
+                state.finish(
+                    clock.now_ns(), Outcome.ERROR, f"the stream was not resumed: {refusal}"
+                )
+                return
+            state.start_recording().reconnected()
+            state.returned = reconnect
+            state.end_ns = await self._read(again, state)
+        finally:
+            reconnect.lost, reconnect.doubled = ids.lost - lost, ids.doubled - doubled
+            again.close()
+
+    async def _read_until(
+        self, conn: StampedConnection, state: _State, deadline_ns: int
+    ) -> int | None:
+        """Read until the body ends (None) or ``deadline_ns``; then close the connection and
+        return the instant just before it closed."""
         loop = asyncio.get_running_loop()
         reader = loop.create_task(self._read(conn, state))
         timer = loop.create_task(self.clock.sleep_until(deadline_ns))
@@ -249,10 +352,10 @@ class StreamClient:
                         await task
         if reader.done() and not reader.cancelled():
             state.end_ns = reader.result()  # the stream ended first: raise what it raised
-            return
+            return None
         closed = self.clock.now_ns()  # stamped before the close the server will notice
         conn.close()
-        state.finish(closed, Outcome.CANCELLED, state.cancel_reason())
+        return closed
 
 
 class _State:
@@ -270,13 +373,17 @@ class _State:
         "client",
         "clock_step_ns",
         "counter",
+        "dropped",
         "end_ns",
+        "ids",
         "last_stamp",
         "late_stamps",
         "max_tokens",
         "reads",
+        "reconnects",
         "recorder",
         "request_id",
+        "returned",
         "stamp_events",
         "started_at",
         "status",
@@ -309,6 +416,10 @@ class _State:
         self.last_stamp = -1
         self.stamp_events = 0  # events completed so far under last_stamp
         self.late_stamps: set[int] = set()  # stamps several events shared in late reads
+        self.ids: EventIds | None = None  # the events' ids, for a stream that drops
+        self.dropped = False  # at its drop point (--disconnect)
+        self.reconnects: list[Reconnect] = []
+        self.returned: Reconnect | None = None  # the return now being read
 
     @property
     def sent_ns(self) -> int:
@@ -354,8 +465,8 @@ class _State:
     def finish(self, now_ns: int, outcome: Outcome | None, error: str | None) -> None:
         self.timeline = self.start_recording().finish(now_ns, outcome=outcome, error=error)
 
-    def count_tokens(self, items: Sequence[SseItem]) -> bool:
-        """Count content chunks among ``items``; True once the cancel point is reached."""
+    def count_tokens(self, items: Sequence[SseItem], limit: int) -> bool:
+        """Count content chunks among ``items``; True once ``limit`` is reached."""
         if self.counter is None:  # (a dialect of its own: the recorder's keeps its state)
             self.counter = new_dialect(self.client.endpoint.kind)
         decode = self.counter.decode
@@ -366,8 +477,7 @@ class _State:
                 continue
             if decoded.kind is not None and decoded.kind.carries_text and decoded.text:
                 self.chunks += 1
-        limit = self.cancel.after_tokens if self.cancel is not None else None
-        return limit is not None and self.chunks >= limit
+        return self.chunks >= limit
 
     def cancel_reason(self) -> str:
         point = self.cancel.describe() if self.cancel is not None else "?"
@@ -389,6 +499,8 @@ class _State:
             meta["http_status"] = self.status
         if self.cancel is not None:
             meta["cancel_after"] = self.cancel.describe()
+        if self.reconnects:
+            meta["reconnects"] = [reconnect.as_meta() for reconnect in self.reconnects]
         return Sent(self.timeline, self.sent_ns)
 
 

@@ -103,6 +103,12 @@ def _cancel_point(text: str) -> object:
     return CancelPoint.parse(text)
 
 
+def _disconnect(text: str) -> object:
+    from steadystream.bench.disconnect import DisconnectPolicy
+
+    return DisconnectPolicy.parse(text)
+
+
 def _sweep_plan(text: str) -> SweepPlan:
     from steadystream.bench.sweep import SweepPlan
 
@@ -265,6 +271,15 @@ class BenchConfig(BaseModel):
         AfterValidator(_checked(_cancel_point)),
         Flag("When to cancel: 20tok or 500ms.", CANCELLATION),
     ] = None
+    disconnect: Annotated[
+        str | None,
+        AfterValidator(_checked(_disconnect)),
+        Flag(
+            "Readers who drop and resume: after=40tok,back=2s,share=0.25 (needs a gateway"
+            " that keeps streams).",
+            CANCELLATION,
+        ),
+    ] = None
     lab_truth: Annotated[
         Literal["auto", "on", "off"],
         Flag("Read cancellation ground truth from a lab: auto, on, off.", CANCELLATION),
@@ -299,6 +314,15 @@ class BenchConfig(BaseModel):
             " server's own /metrics, when it answers) or a URL.",
             OUTPUT,
             metavar="auto|URL",
+        ),
+    ] = None
+    otel_endpoint: Annotated[
+        str | None,
+        Flag(
+            "Send a span per stream and the GenAI metrics over OTLP to this collector (default:"
+            " $OTEL_EXPORTER_OTLP_ENDPOINT when set; the otel extra).",
+            OUTPUT,
+            metavar="URL",
         ),
     ] = None
     stall_threshold: Annotated[StallThreshold, Panel(GATE_AND_SWEEP)]

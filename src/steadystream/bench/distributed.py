@@ -237,6 +237,7 @@ class RayRunner:
                 duration_ns=options.duration_ns,
                 grace_ns=options.grace_ns,
                 cancel=options.cancel,
+                disconnect=options.disconnect,
                 run_id=options.run_id,
             )
             plans.append((w, share_of(self.schedule, share), worker_options))

@@ -19,6 +19,8 @@ cancelled, the file keeps what finished, and the outcome says ``interrupted``.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from steadystream._clock import NS_PER_S
@@ -31,10 +33,12 @@ from steadystream.bench.schedule import Schedule, TraceSchedule
 from steadystream.bench.session import Bench, BenchSettings
 from steadystream.bench.summary import Summary, run_notes, summarise
 from steadystream.bench.sweep import SweepResult, run_sweep
+from steadystream.bench.telemetry import bench_telemetry, exporting
 from steadystream.bench.verdict import GateVerdict, judge_runs, load_run
 from steadystream.engine_metrics import scraping
 from steadystream.files import JsonlWriter
 from steadystream.metrics import FleetMetrics, fleet_metrics
+from steadystream.timeline import Timeline
 
 __all__ = ["BenchHooks", "BenchOutcome", "run_bench"]
 
@@ -112,25 +116,28 @@ async def run_bench(
     )
     scraped: list[str] = []  # what the engine-metrics scraper says, for the summary's notes
     scraper = scraping(settings.engine_metrics, plan.endpoint.origin, plan.output, scraped.append)
+    # OpenTelemetry (--otel-endpoint or OTEL_*): each stream also goes out as a span.
+    telemetry = bench_telemetry(plan.endpoint, os.environ, settings.otel_endpoint)
     # The bench is entered first: a run it refuses (a Ray cluster not there, or too small for
     # --workers) leaves an existing output file as it was. Once open, the file keeps every
     # stream recorded, whatever ends the run.
-    async with bench:
+    async with bench, exporting(telemetry):
         if isinstance(bench, Bench):
             # A server that is not there fails the run here: one error, before the output
             # file is opened. (Ray's workers connect from their own hosts: each finds out.)
             await bench.client.reach()
         with JsonlWriter(plan.output, keep_text=settings.keep_text) as writer:
+            sink = writer.write if telemetry is None else telemetry.beside(writer.write)
             async with scraper:
                 try:
                     if settings.warmup:
                         await bench.warm_up(settings.warmup)
                     if plan.sweep is not None:
-                        outcome.sweep = await _sweep(bench, plan, hooks, writer)
+                        outcome.sweep = await _sweep(bench, plan, hooks, sink)
                     else:
                         assert plan.schedule is not None
                         outcome.result = await _one_run(
-                            bench, plan.schedule, plan.options, hooks, writer
+                            bench, plan.schedule, plan.options, hooks, sink
                         )
                 except _Interrupted as stop:
                     outcome.interrupted = True
@@ -153,9 +160,9 @@ async def _one_run(
     schedule: Schedule,
     options: RunOptions,
     hooks: BenchHooks,
-    writer: JsonlWriter,
+    sink: Callable[[Timeline], None],
 ) -> RunResult:
-    runner = bench.prepare(schedule, options, sink=writer.write)
+    runner = bench.prepare(schedule, options, sink=sink)
     duration_s = None if options.duration_ns is None else options.duration_ns / NS_PER_S
     total = options.max_requests
     if total is None and isinstance(schedule, TraceSchedule) and options.duration_ns is None:
@@ -180,7 +187,10 @@ def _summary(result: RunResult, plan: BenchPlan) -> Summary:
 
 
 async def _sweep(
-    bench: Bench | RayBench, plan: BenchPlan, hooks: BenchHooks, writer: JsonlWriter
+    bench: Bench | RayBench,
+    plan: BenchPlan,
+    hooks: BenchHooks,
+    sink: Callable[[Timeline], None],
 ) -> SweepResult:
     """Each load of the sweep is one run, labelled ``load=...``, into the same file."""
     sweep = plan.sweep
@@ -189,7 +199,7 @@ async def _sweep(
 
     async def measure(load: float) -> tuple[FleetMetrics, bool]:
         client.labels["load"] = f"{sweep.dimension}={load:g}"
-        result = await _one_run(bench, plan.schedule_for(load), _fresh(plan.options), hooks, writer)
+        result = await _one_run(bench, plan.schedule_for(load), _fresh(plan.options), hooks, sink)
         return fleet_metrics(result.timelines, plan.metrics), result.health().kept_up
 
     return await run_sweep(
@@ -208,4 +218,5 @@ def _fresh(options: RunOptions) -> RunOptions:
         duration_ns=options.duration_ns,
         grace_ns=options.grace_ns,
         cancel=options.cancel,
+        disconnect=options.disconnect,
     )

@@ -52,6 +52,14 @@ _SOURCE_WORDS = {
         "estimated from the text (about 4 characters a token): the server reported no "
         "completion token count"
     ),
+    TokenSource.USAGE_EVEN.value: (
+        "from a peer's per-request total, spread evenly over the chunks (its file kept no "
+        "text to weigh them by)"
+    ),
+    TokenSource.UNKNOWN.value: (
+        "unknown: a peer's file kept no token count; token metrics (TPOT, tokens per "
+        "chunk, QoE, fluidity) are left out"
+    ),
 }
 
 

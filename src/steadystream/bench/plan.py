@@ -17,6 +17,7 @@ from steadystream._clock import NS_PER_S
 from steadystream._exceptions import SpecError
 from steadystream.bench.cancel import CancelPoint, CancelPolicy
 from steadystream.bench.config import BenchConfig
+from steadystream.bench.disconnect import DisconnectPolicy
 from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.gate import GateRule, parse_rules
 from steadystream.bench.runner import RunOptions
@@ -121,6 +122,9 @@ def _options(config: BenchConfig) -> RunOptions:
     cancel = None
     if config.cancel_after is not None:
         cancel = CancelPolicy(config.cancel, CancelPoint.parse(config.cancel_after), config.seed)
+    disconnect = None
+    if config.disconnect is not None:
+        disconnect = DisconnectPolicy.parse(config.disconnect, seed=config.seed)
     requests = config.requests
     if requests is None and config.duration is None and config.trace is None:
         requests = DEFAULT_REQUESTS
@@ -129,6 +133,7 @@ def _options(config: BenchConfig) -> RunOptions:
         duration_ns=config.duration,
         grace_ns=config.grace,
         cancel=cancel,
+        disconnect=disconnect,
     )
 
 

@@ -33,6 +33,7 @@ from steadystream._tasks import cancel_and_wait
 from steadystream._types import Outcome
 from steadystream.bench.cancel import CancelPolicy, LabTruthClient, fetch_cancel_truth
 from steadystream.bench.client import Sent, StreamClient
+from steadystream.bench.disconnect import DisconnectPolicy
 from steadystream.bench.health import ClientHealth, client_health
 from steadystream.bench.lag import LAG_FLAG_NS, LagStats, LoopLagSampler, lag_stats
 from steadystream.bench.progress import RunProgress
@@ -56,6 +57,7 @@ class RunOptions:
     duration_ns: int | None = None
     grace_ns: int = 30 * NS_PER_S
     cancel: CancelPolicy | None = None
+    disconnect: DisconnectPolicy | None = None  # readers who drop and come back
     run_id: str = field(default_factory=new_run_id)
 
 
@@ -192,6 +194,8 @@ class BenchRunner:
         request_id = f"{self.options.run_id}-{ticket.index:06d}"
         policy = self.options.cancel
         cancel = policy.for_request(ticket.index) if policy is not None else None
+        drops = self.options.disconnect
+        disconnect = drops.for_request(ticket.index) if drops is not None else None
 
         def interrupted(sent: Sent) -> None:
             sent.timeline.error = self._stop_reason
@@ -199,7 +203,11 @@ class BenchRunner:
 
         try:
             sent = await self.client.stream(
-                spec, request_id, cancel=cancel, on_interrupt=interrupted
+                spec,
+                request_id,
+                cancel=cancel,
+                disconnect=disconnect,
+                on_interrupt=interrupted,
             )
         finally:
             self.dispatcher.release()

@@ -14,6 +14,7 @@ import numpy as np
 
 from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.attribution.streams import outer_ranks, stream_numbers, vantage_rank
+from steadystream.bench.disconnect import ReconnectSummary, reconnect_summary
 from steadystream.bench.health import token_notes
 from steadystream.bench.runner import RunResult
 from steadystream.findings import Finding, find
@@ -28,6 +29,8 @@ from steadystream.metrics import (
     worst_streams,
 )
 from steadystream.timeline import Timeline
+
+_TABLE_BATCH = 10_000  # streams per stream table made at once, concatenated after
 
 __all__ = [
     "Summary",
@@ -54,6 +57,7 @@ class Summary:
     explanation: Explanation | None = None  # the cause of each stall, when there are stalls
     notes: list[str] = field(default_factory=list)
     edges: EdgeComparison | None = None  # a page's client and glass edges (docs/glass.md)
+    reconnects: ReconnectSummary | None = None  # readers who dropped and came back
 
 
 def summarise(
@@ -64,9 +68,11 @@ def summarise(
     worst: int = 10,
     engine: EngineSamples | None = None,
     files: Sequence[int] | None = None,
+    attribute: bool = True,
 ) -> Summary:
     """Summarise ``timelines``; with ``by``, also per value of that label. Stalls are
-    attributed to causes (with ``engine``, the engine metrics scraped during the run).
+    attributed to causes (with ``engine``, the engine metrics scraped during the run)
+    unless ``attribute`` is False (``analyze --no-explain``).
     ``files`` is the file each timeline came from, where they came from several (see
     :func:`one_view_per_stream`).
 
@@ -77,11 +83,18 @@ def summarise(
     shown, view_note = rendered_view(timelines)
     if view_note:
         files = None  # the glass edge alone: one vantage point, nothing to choose
-    table = stream_table(shown, config)
+    # A batch of streams at a time: the table's scratch arrays stay bounded (the rows are
+    # each stream's own, so the tables concatenate exactly).
+    table = StreamTable.concat(
+        [
+            stream_table(shown[first : first + _TABLE_BATCH], config)
+            for first in range(0, max(len(shown), 1), _TABLE_BATCH)
+        ]
+    )
     # Attribution is the costly part of a large run's summary: only when there is a stall.
     explanation = (
         explain(shown, stall_threshold_ns=config.stall_threshold_ns, engine=engine, files=files)
-        if has_stall(table, config)
+        if attribute and has_stall(table, config)
         else None
     )
     summary = summarise_table(
@@ -90,6 +103,7 @@ def summarise(
     if view_note:
         summary.notes.insert(0, view_note)
     summary.edges = edges
+    summary.reconnects = reconnect_summary(shown)
     return summary
 
 

@@ -34,15 +34,16 @@ class LoadedRun:
     note: str | None = None
 
 
-def load_run(path: Path, *, required: bool = True) -> LoadedRun:
+def load_run(path: Path, *, required: bool = True, format: str | None = None) -> LoadedRun:
     """A run's timelines, and a note when its last line was cut off (the streams before it
     count); with ``required``, a file with no streams is an :class:`~steadystream.InputError`.
+    ``format`` names what the file is (default: found from its content, docs/format.md#peers).
 
     ``gate``, ``bench --gate``, ``analyze`` and ``report`` read runs so.
     """
     from steadystream.files import read_timelines
 
-    result = read_timelines(path)
+    result = read_timelines(path, format=format)
     if required and not result.timelines:
         raise InputError(f"{path}: no streams in this run")
     note = None
@@ -54,16 +55,20 @@ def load_run(path: Path, *, required: bool = True) -> LoadedRun:
     return LoadedRun(Path(path), result.timelines, note)
 
 
-def load_runs(paths: Sequence[Path]) -> tuple[list[Timeline], list[str]]:
+def load_runs(
+    paths: Sequence[Path], *, format: str | None = None
+) -> tuple[list[Timeline], list[str]]:
     """Several files read as one run (``analyze``, ``report``): every stream, and the notes."""
-    timelines, _, notes = load_files(paths)
+    timelines, _, notes = load_files(paths, format=format)
     return timelines, notes
 
 
-def load_files(paths: Sequence[Path]) -> tuple[list[Timeline], list[int], list[str]]:
+def load_files(
+    paths: Sequence[Path], *, format: str | None = None
+) -> tuple[list[Timeline], list[int], list[str]]:
     """:func:`load_runs`, with the file each stream came from (its place in ``paths``):
     two files that reuse a stream id hold two streams (``stream_numbers``)."""
-    runs = [load_run(path, required=False) for path in paths]
+    runs = [load_run(path, required=False, format=format) for path in paths]
     return (
         [t for run in runs for t in run.timelines],
         [f for f, run in enumerate(runs) for _ in run.timelines],

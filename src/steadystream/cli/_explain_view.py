@@ -77,8 +77,10 @@ def print_explanation(
                 stall.stream_id,
                 "first token" if stall.first_token else format_duration(stall.start_ns),
                 format_duration(stall.end_ns - stall.start_ns),
-                stall.cause,
-                f"{stall.confidence:.0%}",
+                "\n".join(f"{p.cause} {p.fraction:.0%}" for p in stall.parts)
+                if len(stall.parts) > 1
+                else stall.cause,
+                "\n".join(f"{p.confidence:.0%}" for p in stall.parts),
                 stall.evidence,
             )
         console.print(table)

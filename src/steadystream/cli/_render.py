@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from steadystream._units import format_duration, format_seconds, format_share
+from steadystream.bench.disconnect import ReconnectSummary
 from steadystream.bench.summary import Summary
 from steadystream.cli._console import console as stdout_console
 from steadystream.glass.edges import EdgeComparison
@@ -123,6 +124,8 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         )
     if summary.edges is not None:
         _print_edges(summary.edges, console)
+    if summary.reconnects is not None:
+        _print_reconnects(summary.reconnects, console)
     for finding in summary.findings:
         console.print(f"[bold yellow]finding[/] [dim]{finding.code}[/]: {finding.message}")
     for note in summary.notes:
@@ -164,6 +167,41 @@ def _print_edges(edges: EdgeComparison, console: Console) -> None:
         f" p50 {format_seconds(edges.paint_delay_p50_s)}, p99"
         f" {format_seconds(edges.paint_delay_p99_s)}, max {format_seconds(edges.paint_delay_max_s)}"
     )
+
+
+def _print_reconnects(reconnects: ReconnectSummary, console: Console) -> None:
+    """What readers who dropped and came back felt (``bench --disconnect``)."""
+    whole = reconnects.lost == 0 and reconnects.doubled == 0 and reconnects.failed == 0
+    verdict = "[green]nothing lost or doubled[/]" if whole else "[bold red]not whole[/]"
+    console.print(
+        f"reconnects: {reconnects.reconnects} in {reconnects.streams} streams, {verdict}:"
+        f" {reconnects.lost} events lost, {reconnects.doubled} doubled,"
+        f" {reconnects.failed} not resumed; the gap felt across a return:"
+        f" median {_format_ms(reconnects.median_felt_ms)}, worst"
+        f" {_format_ms(reconnects.worst_felt_ms)}"
+    )
+
+
+def _format_ms(ms: float | None) -> str:
+    return "—" if ms is None else format_seconds(ms / 1e3)
+
+
+def _reconnects_json(reconnects: ReconnectSummary | None) -> dict[str, Any] | None:
+    if reconnects is None:
+        return None
+    return {
+        "streams": reconnects.streams,
+        "reconnects": reconnects.reconnects,
+        "not_resumed": reconnects.failed,
+        "events_lost": reconnects.lost,
+        "events_doubled": reconnects.doubled,
+        "felt_gap_median_s": _seconds(reconnects.median_felt_ms),
+        "felt_gap_max_s": _seconds(reconnects.worst_felt_ms),
+    }
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
 
 
 def _edges_json(edges: EdgeComparison | None) -> dict[str, Any] | None:
@@ -214,5 +252,6 @@ def to_json(summary: Summary) -> str:
         ),
         "notes": summary.notes,
         "edges": _edges_json(summary.edges),
+        "reconnects": _reconnects_json(summary.reconnects),
     }
     return orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode()

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from steadystream._flags import Flag
-from steadystream._options import JsonOutput, TimelineFiles, Worst
+from steadystream._options import FileFormat, JsonOutput, TimelineFiles, Worst
 from steadystream.cli import app
 from steadystream.cli._groups import FilesOnRay, MetricSettings
 from steadystream.cli._models import model_options
@@ -18,6 +18,7 @@ from steadystream.cli._models import model_options
 def analyze(
     *,
     files: TimelineFiles,
+    file_format: FileFormat,
     by: Annotated[
         str | None,
         Flag(
@@ -29,6 +30,13 @@ def analyze(
     worst: Worst,
     json_output: JsonOutput,
     ray: FilesOnRay,
+    no_explain: Annotated[
+        bool,
+        Flag(
+            "Metrics only: leave the stalls' causes out (explain tells them).",
+            names=("--no-explain",),
+        ),
+    ] = False,
 ) -> None:
     """Per-stream jitter and fleet metrics: p99-of-p99, worst gaps, ITL goodput, TTFT."""
     from steadystream.analysis import timeline_files
@@ -42,6 +50,11 @@ def analyze(
     if by is not None and by not in LABEL_DIMENSIONS:
         raise typer.BadParameter(f"must be one of {', '.join(LABEL_DIMENSIONS)}", param_hint="--by")
     config = metrics.metric_config()
+    if ray.on_ray and file_format != "auto":
+        raise typer.BadParameter(
+            "on Ray each file's format is found from its content: leave --format out",
+            param_hint="--format",
+        )
     with exit_on_error():
         path_notes: list[str] = []
         paths = timeline_files(files, path_notes)
@@ -58,6 +71,7 @@ def analyze(
                 engine=engine,
                 config=config,
                 address=ray.ray_address,
+                attribute=not no_explain,
             )
             assert on_ray.tables is not None  # asked for with config
             summary = summarise_table(
@@ -70,9 +84,18 @@ def analyze(
             )
             notes = on_ray.notes + engine_notes
         else:
-            timelines, numbers, notes = load_files(paths)
+            fmt = None if file_format == "auto" else file_format
+            timelines, numbers, notes = load_files(paths, format=fmt)
             engine = read_engine_beside(paths, None, notes)
-            summary = summarise(timelines, config, by=by, worst=worst, engine=engine, files=numbers)
+            summary = summarise(
+                timelines,
+                config,
+                by=by,
+                worst=worst,
+                engine=engine,
+                files=numbers,
+                attribute=not no_explain,
+            )
     summary.notes[:0] = path_notes + notes
     if len(paths) > 1:
         summary.notes.append(f"{len(paths)} files, {summary.fleet.streams} streams merged")

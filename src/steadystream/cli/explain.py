@@ -9,7 +9,7 @@ import typer
 from pydantic import Field
 
 from steadystream._flags import Flag
-from steadystream._options import JsonOutput, StallThreshold, TimelineFiles, Worst
+from steadystream._options import FileFormat, JsonOutput, StallThreshold, TimelineFiles, Worst
 from steadystream.cli import app
 from steadystream.cli._groups import FilesOnRay
 from steadystream.cli._models import model_options
@@ -20,6 +20,7 @@ from steadystream.cli._models import model_options
 def explain(
     *,
     files: TimelineFiles,
+    file_format: FileFormat,
     engine_metrics: Annotated[
         Path | None,
         Flag(
@@ -45,6 +46,11 @@ def explain(
     from steadystream.cli._errors import exit_on_error
     from steadystream.cli._inputs import read_engine_beside
 
+    if ray.on_ray and file_format != "auto":
+        raise typer.BadParameter(
+            "on Ray each file's format is found from its content: leave --format out",
+            param_hint="--format",
+        )
     with exit_on_error():
         path_notes: list[str] = []
         paths = timeline_files(files, path_notes)
@@ -63,7 +69,8 @@ def explain(
             assert on_ray.explanation is not None  # asked without a table: always explained
             explanation, notes = on_ray.explanation, path_notes + on_ray.notes + engine_notes
         else:
-            timelines, numbers, notes = load_files(paths)
+            fmt = None if file_format == "auto" else file_format
+            timelines, numbers, notes = load_files(paths, format=fmt)
             notes[:0] = path_notes
             engine = read_engine_beside(paths, engine_metrics, notes)
             explanation = attribute(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steadystream._flags import Flag
-from steadystream._options import JsonOutput, MaxRegression
+from steadystream._options import FileFormat, JsonOutput, MaxRegression
 from steadystream.cli import app
 from steadystream.cli._groups import Thresholds
 from steadystream.cli._models import model_options
@@ -32,6 +32,7 @@ def gate(
     *,
     baseline: Annotated[Path, Flag("The reference run (timeline file).", argument=True)],
     current: Annotated[Path, Flag("The run to judge (timeline file).", argument=True)],
+    file_format: FileFormat,
     max_regression: MaxRegression,
     no_defaults: Annotated[
         bool,
@@ -53,8 +54,12 @@ def gate(
 
     with exit_on_error():
         rules = parse_rules(max_regression, defaults=not no_defaults)
+        fmt = None if file_format == "auto" else file_format
         verdict = judge_runs(
-            load_run(baseline), load_run(current), rules, thresholds.metric_config()
+            load_run(baseline, format=fmt),
+            load_run(current, format=fmt),
+            rules,
+            thresholds.metric_config(),
         )
     show_verdict(verdict, console(), json_output=json_output)
     code = verdict_code(verdict)

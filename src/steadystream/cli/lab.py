@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from steadystream._flags import Flag
-from steadystream._options import KeepText
+from steadystream._options import KeepText, TruthRecord
 from steadystream.cli import app
 from steadystream.cli._groups import Listen
 from steadystream.cli._models import model_options
@@ -28,10 +27,7 @@ def lab(
     ] = "steady",
     listen: Listen,
     seed: Annotated[int, Flag("Same seed + scenario + arrivals: same pauses.")] = 0,
-    record: Annotated[
-        Path | None,
-        Flag("Append each finished request's ground-truth timeline to this JSONL."),
-    ] = None,
+    record: TruthRecord,
     keep_text: KeepText,
     list_presets: Annotated[
         bool, Flag("List the built-in scenarios and exit.", names=("--list",))

@@ -10,7 +10,7 @@ import typer
 from pydantic import Field
 
 from steadystream._flags import Flag
-from steadystream._options import Inject, Only
+from steadystream._options import Inject, Only, TruthRecord
 from steadystream._validation import Duration
 from steadystream.cli import app
 from steadystream.cli._groups import Listen
@@ -38,6 +38,7 @@ def replay(
         Flag("How long a stall:forever holds a stream before cutting it.", text=True),
     ],
     listen: Listen,
+    record: TruthRecord,
 ) -> None:
     """Serve RUN's streams with their recorded timing and chunking, and the faults you inject.
 
@@ -45,7 +46,8 @@ def replay(
     it was played is at /replay/requests/{id}.
     """
     from steadystream.cli._errors import exit_on_error
-    from steadystream.files import read_timelines
+    from steadystream.files import JsonlWriter, read_timelines
+    from steadystream.lab.truth import RequestTruth
     from steadystream.replay import create_app, parse_injection
     from steadystream.replay.server import serve
 
@@ -58,13 +60,24 @@ def replay(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
         f" seed {seed}, at http://{listen.host}:{listen.port}/v1"
     )
-    serve(
-        timelines,
-        host=listen.host,
-        port=listen.port,
-        injections=injections,
-        seed=seed,
-        where=where,
-        only=only,
-        stall_limit_ns=stall_limit,
-    )
+    writer = JsonlWriter(record, append=True) if record else None
+
+    def on_done(truth: RequestTruth) -> None:
+        if writer is not None:
+            writer.write(truth.to_timeline())
+
+    try:
+        serve(
+            timelines,
+            host=listen.host,
+            port=listen.port,
+            injections=injections,
+            seed=seed,
+            where=where,
+            only=only,
+            stall_limit_ns=stall_limit,
+            on_done=on_done,
+        )
+    finally:
+        if writer is not None:
+            writer.close()

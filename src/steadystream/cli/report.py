@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from steadystream._flags import Flag
+from steadystream._options import FileFormat
 from steadystream.cli import app
 from steadystream.cli._groups import MetricSettings
 from steadystream.cli._models import model_options
@@ -22,6 +23,7 @@ def report(
     files: Annotated[
         list[Path], Flag("Timeline files of the run (.jsonl, .jsonl.gz, .parquet).", argument=True)
     ],
+    file_format: FileFormat,
     output: Annotated[
         Path | None,
         Flag(
@@ -71,9 +73,12 @@ def report(
             )
     config = metrics.metric_config()
     with exit_on_error():
-        timelines, file_of, notes = load_files(files)
+        fmt = None if file_format == "auto" else file_format
+        timelines, file_of, notes = load_files(files, format=fmt)
         engine = read_engine_beside(files, None, [])
-        base, base_file_of, base_notes = load_files(baseline) if baseline else (None, None, [])
+        base, base_file_of, base_notes = (
+            load_files(baseline, format=fmt) if baseline else (None, None, [])
+        )
         comparison = None
         if whatif:
             from steadystream.shaping import parse_spec

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from steadystream._flags import Flag
-from steadystream._options import JsonOutput
+from steadystream._options import FileFormat, JsonOutput
 from steadystream._validation import Duration
 from steadystream.cli import app
 from steadystream.cli._groups import Thresholds
@@ -29,6 +29,7 @@ def whatif(
     files: Annotated[
         list[Path], Flag("Recorded runs (.jsonl, .jsonl.gz, .parquet).", argument=True)
     ],
+    file_format: FileFormat,
     pacer: Annotated[
         tuple[str, ...],
         Flag(
@@ -62,7 +63,8 @@ def whatif(
     specs = pacer or [name for name in PACERS if name != "passthrough"]
     with exit_on_error():
         pacers = [parse_spec(spec) for spec in specs]
-        timelines = [t for path in files for t in read_timelines(path).timelines]
+        fmt = None if file_format == "auto" else file_format
+        timelines = [t for path in files for t in read_timelines(path, format=fmt).timelines]
         result = what_if(
             timelines,
             pacers,

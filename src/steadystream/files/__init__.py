@@ -73,14 +73,32 @@ TIMELINE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 """The suffixes a timeline file may have; each names its format."""
 
 
-def read_timelines(path: PathLike) -> ReadResult:
-    """Load a timeline file, choosing the format by suffix: .jsonl, .jsonl.gz or .parquet."""
+def read_timelines(path: PathLike, *, format: str | None = None) -> ReadResult:
+    """Load a timeline file, choosing the format by suffix: .jsonl, .jsonl.gz or .parquet.
+
+    A peer's result file (vLLM bench, AIPerf, GenAI-Perf: docs/format.md#peers) is found by
+    its content and read as timelines, one per request; ``format`` names the format instead
+    (``steadystream`` or one of :data:`~steadystream.files.peers.PEER_FORMATS`).
+    """
+    from steadystream.files import peers
+
     name = os.fspath(path)
+    if format is not None and format not in peers.FILE_FORMATS:
+        raise InputError(
+            f"unknown format {format!r}; expected one of {', '.join(peers.FILE_FORMATS)}"
+        )
+    if format is None and not name.endswith(".parquet") and os.path.isfile(name):
+        format = peers.detect_format(name)
+    if format is not None and format != "steadystream":
+        return peers.read_peer(name, format)
     if name.endswith(".parquet"):
         return ReadResult(read_parquet(name))
-    if name.endswith((".jsonl", ".jsonl.gz")):
+    if name.endswith((".jsonl", ".jsonl.gz")) or format == "steadystream":
         return read_jsonl(name)
-    raise InputError(f"{name}: unknown timeline file suffix; expected one of {TIMELINE_SUFFIXES}")
+    raise InputError(
+        f"{name}: unknown timeline file suffix; expected one of {TIMELINE_SUFFIXES}, or a peer's"
+        f" result file ({', '.join(peers.PEER_FORMATS)})"
+    )
 
 
 def write_timelines(

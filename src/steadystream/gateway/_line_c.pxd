@@ -24,6 +24,7 @@ cdef class StreamLine:
     cdef object _record
     cdef object _resume
     cdef object _rewriter
+    cdef object _stamp
     cdef object _up
     cdef long long _usage_base
     cdef object _wake_guard

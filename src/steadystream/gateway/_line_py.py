@@ -9,6 +9,7 @@ The path of a chunk, one route for every read of every upstream (docs/gateway.md
                 a fallback's events rewritten to fit the stream (FallbackRewriter), or
                   translated into the client's API (gateway/translation)
                 gateway-upstream record, watchdog, failover progress
+                each event's id: line, and the events kept for a resume (gateway/resume)
                 to the client at once while it keeps up (RawOutlet.try_write), else into
                 the bounded buffer for the writer task; a full buffer pauses the reads
                 gateway-downstream record, when the bytes went to the client
@@ -213,15 +214,24 @@ class StreamLine:
         "_record",
         "_resume",
         "_rewriter",
+        "_stamp",
         "_up",
         "_usage_base",
         "_wake_guard",
         "_watchdog",
     )
 
-    def __init__(self, ctx: StreamContext, outlet: RawOutlet | None) -> None:
+    def __init__(
+        self,
+        ctx: StreamContext,
+        outlet: RawOutlet | None,
+        stamp: Callable[[bytes], bytes] | None = None,
+    ) -> None:
         self._ctx = ctx  # (for the envelope the first upstream's events give: once)
         self._outlet = outlet  # None: every read goes through the buffer (a pacer)
+        # The events' ``id:`` lines, and the tee that keeps them for readers who come back
+        # (gateway/resume): None without resume, or under a pacer (its writer stamps).
+        self._stamp = stamp
         self._buffer = ctx.buffer
         self._progress = ctx.progress
         self._record = ctx.record
@@ -259,6 +269,7 @@ class StreamLine:
         self._pause, self._resume = _NO_READS
         self._buffer.on_room = None
         self._wake_guard = _nothing
+        self._stamp = None
 
     def feed(self, stamp: int, data: bytes) -> bool:
         """One read of the attempt's body, ``stamp`` its arrival; True: the attempt is over
@@ -349,6 +360,9 @@ class StreamLine:
         full buffer pauses the reads (the wait does not count against the upstream)."""
         outlet = self._outlet
         buffer = self._buffer
+        stamp = self._stamp
+        if stamp is not None:
+            out = Out(stamp(out.data), out.pieces)
         if outlet is not None and not buffer and outlet.try_write(out):
             return
         if buffer.add(out, out.cost, len(out.pieces)) and not self._paused:

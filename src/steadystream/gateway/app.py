@@ -20,7 +20,9 @@ handed to :class:`~steadystream.gateway.relay.StreamRelay` or
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import os
 import tempfile
 import time
@@ -62,7 +64,12 @@ from steadystream.gateway.requests import (
 from steadystream.gateway.requests import (
     Route as RouteName,
 )
+from steadystream.gateway.resume import open_hub
+from steadystream.gateway.resume.hub import REFUSED, StreamHub, idempotency_key
+from steadystream.gateway.resume.routes import join, resume_routes
+from steadystream.gateway.resume.store import Claim
 from steadystream.gateway.state import GatewayState
+from steadystream.gateway.telemetry import GatewayTelemetry, telemetry_settings
 from steadystream.gateway.translation import able_upstreams
 from steadystream.gateway.upstream_metrics import scraping_upstreams
 from steadystream.gateway.upstreams import ANTHROPIC_HEADERS, UpstreamPool, open_session
@@ -74,6 +81,8 @@ from steadystream.shaping.base import check_watermarks
 __all__ = ["PACER_HEADER", "check_startable", "create_app"]
 
 PACER_HEADER = "X-Steadystream-Pacer"
+IDEMPOTENCY_KEY = "Idempotency-Key"
+_MAX_KEY = 255
 _Endpoint = Callable[[Request], Awaitable[Response]]
 _MODELS_TIMEOUT_S = 3.0
 
@@ -108,6 +117,7 @@ def create_app(
     recorder: TimelineSink | None = None,
     env: Mapping[str, str] | None = None,
     glass_secret: bytes | None = None,
+    telemetry: GatewayTelemetry | None = None,
 ) -> Starlette:
     """The gateway as an ASGI app.
 
@@ -117,9 +127,12 @@ def create_app(
     ``env`` (default ``os.environ``); a missing one is a :class:`ConfigError` right here.
     ``glass_secret``: the glass token secret the workers' parent made for all its workers
     (``glass.secret_env`` wins over it; neither: a new one, gateway/glass.py).
+    ``telemetry`` (tests): OpenTelemetry export to use; by default the app opens its own at
+    startup when ``otel`` or the ``OTEL_*`` environment turns it on.
     """
     env = os.environ if env is None else env
     _check_pacers(config)
+    otel_settings = telemetry_settings(config, env) if telemetry is None else None
     clock = clock if clock is not None else MonotonicClock()
     state = GatewayState(
         config=config,
@@ -129,7 +142,9 @@ def create_app(
         metrics=GatewayMetrics(registry if registry is not None else CollectorRegistry()),
         recorder=recorder,
         glass_tokens=glass_tokens(config, env, clock, glass_secret),
+        telemetry=telemetry,
     )
+    state.resume = open_hub(config.resume, clock, state.metrics, state.log)
     state.model_labels = ModelLabels(
         [*state.pool.models(), *(m for t in config.tenants for m in t.models)],
         config.limits.max_model_labels,
@@ -149,16 +164,25 @@ def create_app(
                 rotate_streams=rec.rotate_streams,
                 keep_files=rec.keep_files,
             )
+        if otel_settings is not None:  # each worker its own exporter, opened where it serves
+            from steadystream.otel import open_exporter
+
+            state.telemetry = GatewayTelemetry(open_exporter(otel_settings), config)
         try:
             async with scraping_upstreams(config):
                 yield
         finally:
+            if otel_settings is not None and state.telemetry is not None:
+                await asyncio.to_thread(state.telemetry.shutdown)  # the last spans go out
+                state.telemetry = None
             if own_session and state.pool.session is not None:
                 await state.pool.session.close()
                 state.pool.session = None
             if own_recorder and state.recorder is not None:
                 state.recorder.close()
                 state.recorder = None
+            if state.resume is not None:
+                await state.resume.close()
 
     generation = {
         "/v1/chat/completions": _Generation(state, "chat"),
@@ -176,6 +200,7 @@ def create_app(
         Route("/healthz", _guarded(state, _health(state)), methods=["GET"]),
         Route("/metrics", _guarded(state, _metrics(state)), methods=["GET"]),
         *gateway_glass_routes(state),
+        *(resume_routes(state, state.resume) if state.resume is not None else ()),
     ]
     app = _GatewayApp(
         generation,
@@ -292,14 +317,68 @@ class _Generation:
         forward.update(ANTHROPIC_HEADERS)  # (sent on to Messages upstreams only)
         # (a header sent several times goes on as one, its values joined as HTTP allows)
         client_headers = {n: ", ".join(v) for n in forward if (v := request.headers.getlist(n))}
+        if state.telemetry is not None:
+            record.trace = state.telemetry.begin(request.headers, proxy.stream)
+            client_headers.update(record.trace.context.headers())
         if proxy.stream:
+            hub = state.resume
+            live = None
+            if hub is not None:
+                stream_id = hub.new_id()
+                key = request.headers.get(IDEMPOTENCY_KEY)
+                if key is not None:
+                    held = await self._claim(hub, tenant_name, key, raw, stream_id)
+                    if isinstance(held, ApiError):
+                        state.metrics.errors.labels(
+                            self.route, tenant_name, held.code or "bad_request"
+                        ).inc()
+                        await held.response(headers, self.shape)(scope, receive, send)
+                        return
+                    if held is not None:  # the request again: join its stream
+                        await join(state, hub, held, request, scope, receive, send)
+                        return
+                live = hub.open(self.route, tenant_name, state.pool.byte_scrubber(), stream_id)
             relay = StreamRelay(
-                state, proxy, record, candidates, pacer=pacer, client_headers=client_headers
+                state,
+                proxy,
+                record,
+                candidates,
+                pacer=pacer,
+                client_headers=client_headers,
+                live=live,
             )
             await relay(scope, receive, send)
         else:
             whole = WholeRelay(state, proxy, record, candidates, client_headers=client_headers)
             await whole(scope, receive, send)
+
+    async def _claim(
+        self, hub: StreamHub, tenant: str, key: str, body: bytes, stream_id: str
+    ) -> str | ApiError | None:
+        """Bind ``Idempotency-Key`` to the new stream: None, or the stream the key already
+        names (the request again), or the error of a key that cannot be used."""
+        if not key or len(key) > _MAX_KEY or not key.isprintable():
+            return ApiError(
+                400,
+                f"{IDEMPOTENCY_KEY}: a key is 1 to {_MAX_KEY} printable characters",
+                param=IDEMPOTENCY_KEY,
+            )
+        digest = hashlib.sha256(body).hexdigest()[:32]
+        name = idempotency_key(tenant, API_PATHS[self.route], key)
+        held = await hub.claim(name, Claim(stream_id, digest))
+        if held is None:
+            return None
+        info = await hub.info(held.stream_id)
+        if info is not None and info.ended == REFUSED:
+            return None  # the first was refused (it got the error): this one is tried anew
+        if held.body != digest:
+            return ApiError(
+                409,
+                f"{IDEMPOTENCY_KEY}: the key was used with another request body",
+                param=IDEMPOTENCY_KEY,
+                code="idempotency_key_reused",
+            )
+        return held.stream_id
 
     def _pacer(self, request: Request, tenant: Tenant, proxy: ProxyRequest) -> Pacer | None:
         """The request's pacer: its header, else its tenant's, its route's, the default."""
@@ -392,7 +471,13 @@ def _models(state: GatewayState) -> _Endpoint:
 
 def _health(state: GatewayState) -> _Endpoint:
     async def endpoint(request: Request) -> Response:
-        return _json({"status": "ok", "upstreams": [u.name for u in state.pool.upstreams]})
+        health: dict[str, object] = {
+            "status": "ok",
+            "upstreams": [u.name for u in state.pool.upstreams],
+        }
+        if state.resume is not None:
+            health["resume"] = state.resume.health()
+        return _json(health)
 
     return endpoint
 

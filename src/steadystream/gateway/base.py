@@ -69,6 +69,11 @@ class Relay:
     def _close_record(self) -> None:
         """Add what only this relay knows to the record, before it is written."""
 
+    def _detach(self) -> bool:
+        """The client left before the whole answer went out: True when the work goes on
+        without it (a resumable stream, gateway/resume), False to cancel it now."""
+        return False
+
     # -- the request's life -------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,7 +83,11 @@ class Relay:
         latency: int | None = None
         try:
             noticed = await run_until_disconnect(
-                self._serve(scope, send), receive, clock, answered=self.answered
+                self._serve(scope, send),
+                receive,
+                clock,
+                answered=self.answered,
+                detach=self._detach,
             )
             if noticed is not None:
                 latency = clock.now_ns() - noticed

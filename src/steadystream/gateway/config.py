@@ -39,8 +39,10 @@ __all__ = [
     "GatewayConfig",
     "GlassConfig",
     "LimitsConfig",
+    "OtelConfig",
     "PacingConfig",
     "RecordingConfig",
+    "ResumeConfig",
     "ServerConfig",
     "TenantConfig",
     "UpstreamConfig",
@@ -383,7 +385,7 @@ class LimitsConfig(_Section):
 
 
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
-_CORS_METHODS = frozenset({"GET", "POST", "OPTIONS"})
+_CORS_METHODS = frozenset({"GET", "POST", "DELETE", "OPTIONS"})
 
 
 class CorsConfig(_Section):
@@ -394,11 +396,12 @@ class CorsConfig(_Section):
     )
     allow_methods: tuple[str, ...] = Field(("GET", "POST"), description="methods they may use")
     allow_headers: tuple[str, ...] = Field(
-        ("authorization", "content-type", "x-request-id"),
-        description="request headers they may send",
+        ("authorization", "content-type", "x-request-id", "idempotency-key", "last-event-id"),
+        description="request headers they may send (the last two: resume)",
     )
     expose_headers: tuple[str, ...] = Field(
-        ("x-request-id",), description="response headers their scripts may read"
+        ("x-request-id", "x-steadystream-stream-id"),
+        description="response headers their scripts may read",
     )
     allow_credentials: bool = Field(False, description="let them send cookies (not with *)")
     max_age: int = Field(600, ge=0, le=86_400, description="seconds a preflight is cached")
@@ -490,6 +493,82 @@ class GlassConfig(_Section):
         return self
 
 
+class ResumeConfig(_Section):
+    """Streams that survive their reader (docs/gateway.md#resume): every streamed event gets
+    an SSE ``id:``, the events are kept, and a reader who comes back gets what it missed."""
+
+    enabled: bool = Field(True, description="ids on events, kept events, the resume routes")
+    store: str = Field(
+        "memory",
+        description="memory (this process), or redis://host:port/db (Redis or Valkey, shared"
+        " by every worker and replica; the resume extra)",
+    )
+    grace: Duration = Field(
+        30_000_000_000,
+        ge=0,
+        description="how long the upstream keeps generating with no reader before it is"
+        " cancelled (0: at once, as with resume off)",
+    )
+    max_stream_bytes: Size = Field(
+        1_048_576,
+        ge=1024,
+        description="events kept per stream; past it the stream goes on but cannot be resumed",
+    )
+    max_streams: int = Field(
+        1_000, ge=1, description="streams kept per process; the longest ended go first"
+    )
+    ttl: Duration = Field(
+        300_000_000_000,
+        gt=0,
+        le=86_400_000_000_000,
+        description="how long an ended stream's events are kept",
+    )
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: str) -> str:
+        if value != "memory" and not value.startswith(("redis://", "rediss://")):
+            raise ValueError("a store is memory or a redis:// (rediss://) URL")
+        return value
+
+
+class OtelConfig(_Section):
+    """OpenTelemetry export (docs/monitoring.md#opentelemetry): each key here wins over its
+    standard ``OTEL_*`` variable. Collector headers (keys) only ever come from
+    ``OTEL_EXPORTER_OTLP_HEADERS``, never this file."""
+
+    enabled: bool | None = Field(
+        None,
+        description="null: on when an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT;"
+        " false: off",
+    )
+    endpoint: str | None = Field(
+        None, description="the collector, e.g. http://127.0.0.1:4318 (OTEL_EXPORTER_OTLP_ENDPOINT)"
+    )
+    protocol: Literal["grpc", "http/protobuf"] | None = Field(
+        None, description="OTEL_EXPORTER_OTLP_PROTOCOL; default http/protobuf"
+    )
+    service_name: str | None = Field(
+        None, description="OTEL_SERVICE_NAME; default steadystream-gateway"
+    )
+    resource_attributes: dict[str, str] = Field(
+        default_factory=dict, description="added to OTEL_RESOURCE_ATTRIBUTES"
+    )
+    max_queue_spans: int = Field(
+        2048, ge=1, le=1_000_000, description="spans waiting for export; more are dropped"
+    )
+    metrics_interval: Duration = Field(
+        10_000_000_000, ge=100_000_000, description="how often metrics are exported"
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
 class GatewayConfig(_Section):
     """The whole configuration file."""
 
@@ -505,6 +584,8 @@ class GatewayConfig(_Section):
     limits: LimitsConfig = LimitsConfig()
     cors: CorsConfig = CorsConfig()
     glass: GlassConfig = GlassConfig()
+    otel: OtelConfig = OtelConfig()
+    resume: ResumeConfig = ResumeConfig()
 
     @model_validator(mode="after")
     def _unique_names(self) -> GatewayConfig:

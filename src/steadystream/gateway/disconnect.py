@@ -25,6 +25,7 @@ async def run_until_disconnect(
     clock: Clock,
     *,
     answered: Callable[[], bool],
+    detach: Callable[[], bool] | None = None,
 ) -> int | None:
     """Run ``work``; return None when it finished, or the instant the client was seen to leave.
 
@@ -32,6 +33,10 @@ async def run_until_disconnect(
     ``http.disconnect`` once it has, and that is no client leaving. An exception from
     ``work`` propagates. A task cancelled by ``work`` itself (a stuck client cut) counts as
     finished.
+
+    ``detach()``, asked when the client leaves first: True lets ``work`` run on without its
+    client (a resumable stream, gateway/resume; it ends itself, or its owner cancels it),
+    and this waits for it; the instant it is seen cancelled is returned then.
     """
     main = asyncio.ensure_future(work)
     listener = asyncio.ensure_future(_wait_for_disconnect(receive))
@@ -41,6 +46,10 @@ async def run_until_disconnect(
         if main not in done:
             if answered():
                 await asyncio.wait({main})
+            elif detach is not None and detach():
+                await asyncio.wait({main})
+                if main.cancelled():
+                    noticed = clock.now_ns()
             else:
                 noticed = clock.now_ns()
                 main.cancel()

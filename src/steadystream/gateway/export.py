@@ -204,6 +204,44 @@ class GatewayMetrics:
             ["route", "upstream"],
             registry=registry,
         )
+        # Resume (docs/gateway.md#resume): how readers came back, what they were sent again,
+        # generations cancelled because no reader came back, and what was made meanwhile.
+        self.resumes = Counter(
+            "steadystream_resumes",
+            "Readers that came back to a stream, by route and how (stream, idempotency, "
+            "responses).",
+            ["route", "how"],
+            registry=registry,
+        )
+        self.resume_events_replayed = Counter(
+            "steadystream_resume_events_replayed",
+            "Events sent again to readers that came back.",
+            ["route"],
+            registry=registry,
+        )
+        self.resume_grace_expiries = Counter(
+            "steadystream_resume_grace_expiries",
+            "Generations cancelled because no reader came back within resume.grace.",
+            ["route"],
+            registry=registry,
+        )
+        self.tokens_without_reader = Counter(
+            "steadystream_tokens_without_reader",
+            "Tokens generated while no client read the stream (the cancellation tax).",
+            ["route"],
+            registry=registry,
+        )
+        self.resume_store_up = Gauge(
+            "steadystream_resume_store_up",
+            "1 while the resume store takes writes (always, with the memory store); 0 while"
+            " streams go on unresumable (the shared store is unreachable).",
+            registry=registry,
+        )
+        self.resume_store_errors = Counter(
+            "steadystream_resume_store_errors",
+            "Failed batches of writes to the shared resume store.",
+            registry=registry,
+        )
         self._locked = [
             self.streams,
             self.stalls,
@@ -214,6 +252,12 @@ class GatewayMetrics:
             self.active,
             self.passthrough,
             self.passthrough_failovers,
+            self.resumes,
+            self.resume_events_replayed,
+            self.resume_grace_expiries,
+            self.tokens_without_reader,
+            self.resume_store_up,
+            self.resume_store_errors,
         ]
 
     def view(self) -> CollectorRegistry:

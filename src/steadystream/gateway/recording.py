@@ -20,7 +20,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,9 @@ from steadystream._types import EventKind, Nanos, Outcome, TokenSource, Where
 from steadystream.files import JsonlWriter
 from steadystream.gateway.events import Piece
 from steadystream.timeline import Timeline, assign_tokens, is_text_kind
+
+if TYPE_CHECKING:
+    from steadystream.gateway.telemetry import Traced
 
 __all__ = ["EdgeLog", "StreamRecord", "TimelineRecorder", "TimelineSink"]
 
@@ -192,6 +195,7 @@ class StreamRecord:
         "received_ns",
         "request_id",
         "started_at",
+        "trace",
         "upstream",
         "usage",
     )
@@ -209,6 +213,7 @@ class StreamRecord:
         self.error: str | None = None
         self.usage: dict[str, int] | None = None
         self.meta: dict[str, Any] = {}
+        self.trace: Traced | None = None  # with telemetry on (gateway/telemetry.py)
 
     def offset(self, now: Nanos) -> Nanos:
         """A clock reading as a timeline offset (from the request's receipt)."""

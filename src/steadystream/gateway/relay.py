@@ -40,6 +40,7 @@ from steadystream.gateway.guard import Guard, GuardHooks
 from steadystream.gateway.line import StreamLine, line_build
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.requests import ProxyRequest
+from steadystream.gateway.resume.hub import REFUSED, STREAM_ID_HEADER, LiveStream
 from steadystream.gateway.state import GatewayState, labels_of
 from steadystream.gateway.translation import StreamTranslator, stream_translator, upstream_api
 from steadystream.gateway.translation.responses import failed_after
@@ -76,10 +77,14 @@ class StreamRelay(Relay):
         *,
         pacer: Pacer | None,
         client_headers: dict[str, str],
+        live: LiveStream | None = None,
     ) -> None:
         super().__init__(state, request, record, candidates, client_headers=client_headers)
         limits = state.config.limits
         self.pacer = pacer
+        # With resume (gateway/resume): the stream's ids, its kept events, its grace.
+        self.live = live
+        self.stopped = False  # cancelled for the stream's sake (DELETE, grace), not a fault
         buffer: StreamBuffer[Out] = StreamBuffer(
             max_bytes=limits.buffer_bytes, max_events=limits.buffer_events
         )
@@ -114,6 +119,10 @@ class StreamRelay(Relay):
             give_up_ns=state.config.watchdog.give_up_timeout,
         )
         self.ctx.wake_guard = self.guard.poke
+        if live is not None:
+            live.cancel = self._stop
+            progress = self.ctx.progress
+            live.tokens = lambda: progress.tokens
         self._main: asyncio.Task[Any] | None = None
         self._children: list[asyncio.Task[Any]] = []
 
@@ -124,7 +133,8 @@ class StreamRelay(Relay):
         try:
             await super().__call__(scope, receive, send)
             transport = self.transport
-            if self.record.outcome is Outcome.CLIENT_STUCK and transport is not None:
+            cut = self.record.outcome is Outcome.CLIENT_STUCK or self.stopped
+            if cut and transport is not None and not transport.is_closing():
                 # Drop the connection of a client that stopped reading (the server would
                 # otherwise close it after complaining that the response was cut short),
                 # and let the server see it go before returning.
@@ -137,6 +147,8 @@ class StreamRelay(Relay):
             self.guard.release()
             if self.line is not None:
                 self.line.release()
+            if self.live is not None:  # (refused: nothing was streamed; nothing to resume)
+                self.live.ended(self.record.outcome.value if self.committed else REFUSED)
 
     def _close_record(self) -> None:
         record, buffer = self.record, self.ctx.buffer
@@ -166,6 +178,8 @@ class StreamRelay(Relay):
             find = self.state.client_link
             link = find(scope, send) if find is not None else None
             self.transport = link.transport if link is not None else None
+            live = self.live
+            stamp = None if live is None else live.tee.stamp
             if self.pacer is None:
                 self.outlet = RawOutlet(
                     ctx, send, self.transport, chunks=link is not None and link.frames
@@ -181,9 +195,12 @@ class StreamRelay(Relay):
                         chat=self.request.chat,
                         high_watermark=limits.pacer_high_watermark,
                         low_watermark=limits.pacer_low_watermark,
+                        stamp=stamp,
                     )
                 )
-            self.line = self.build.StreamLine(ctx, self.outlet)
+            self.line = self.build.StreamLine(
+                ctx, self.outlet, stamp if self.pacer is None else None
+            )
             self._spawn(self.guard.run())
             try:
                 await self._run(attempt)
@@ -216,6 +233,8 @@ class StreamRelay(Relay):
     async def _commit(self, send: Send) -> None:
         record = self.record
         headers = [*_SSE_HEADERS, (b"x-request-id", record.request_id.encode())]
+        if self.live is not None:
+            headers.append((STREAM_ID_HEADER.lower().encode(), self.live.stream_id.encode()))
         glass = self.state.glass_tokens
         if glass is not None:  # the page's glass report on this stream must bring it back
             headers.append(glass.header(record.request_id, record.labels["tenant"]))
@@ -513,6 +532,7 @@ class StreamRelay(Relay):
             else:  # the closing events the upstream's [DONE] would have brought
                 data = translator.end()
                 done = Out(data, [Piece(None, "", data, len(data))])
+            done = self._stamped(done)
             await self.ctx.buffer.put(done, done.cost)
 
     async def _end_with_error(self, message: str, code: str) -> None:
@@ -541,5 +561,38 @@ class StreamRelay(Relay):
         self.state.metrics.errors.labels(labels["route"], labels["tenant"], "in_band").inc()
         self.state.log.warning("request %s: %s", self.record.request_id, message)
         if not self.ctx.buffer.closed:
-            out = Out(data, [piece, _DONE_MARK])
+            out = self._stamped(Out(data, [piece, _DONE_MARK]))
             await self.ctx.buffer.put(out, out.cost, 2)
+
+    # -- resume (gateway/resume) ----------------------------------------------------------------
+
+    def _stamped(self, out: Out) -> Out:
+        """The gateway's own events, with ids and kept, where the line would stamp them."""
+        live = self.live
+        if live is None or self.pacer is not None:  # (the paced writer stamps what it sends)
+            return out
+        return Out(live.tee.stamp(out.data), out.pieces)
+
+    def _detach(self) -> bool:
+        """The client left mid-answer: True when the generation goes on without it (resume's
+        grace; readers may come back), False when it is cancelled now, as without resume."""
+        live = self.live
+        if live is None or not live.reader_left():
+            return False
+        self.record.meta["reader_left_ns"] = self.record.offset(self.clock.now_ns())
+        return True
+
+    def _stop(self) -> None:
+        """Cancel the generation for the stream's sake: ``DELETE``, or no reader came back."""
+        record = self.record
+        live = self.live
+        if self._main is None or self._main.done():
+            return
+        self.stopped = True
+        record.outcome = Outcome.CANCELLED
+        if live is not None and live.grace_expired:
+            record.error = "no reader came back within resume.grace"
+        else:
+            record.error = "cancelled by the client (DELETE)"
+        record.meta["resume_stop_ns"] = record.offset(self.clock.now_ns())
+        self._main.cancel()  # ``finally`` closes the upstream

@@ -15,6 +15,8 @@ from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.export import GatewayMetrics, StreamLabels
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.recording import StreamRecord, TimelineSink
+from steadystream.gateway.resume.hub import StreamHub
+from steadystream.gateway.telemetry import GatewayTelemetry
 from steadystream.gateway.upstreams import UpstreamPool
 from steadystream.glass.tokens import GlassTokens
 
@@ -40,6 +42,10 @@ class GatewayState:
     uvicorn frames the response so, and the relay drops a stuck client's connection."""
     glass_tokens: GlassTokens | None = None
     """With ``glass.accept``: the token each answer carries for its page's glass report."""
+    telemetry: GatewayTelemetry | None = None
+    """With OpenTelemetry on (``otel``, ``OTEL_*``): a span and GenAI metrics per stream."""
+    resume: StreamHub | None = None
+    """With ``resume.enabled``: the streams that outlive their reader (gateway/resume)."""
 
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""
@@ -55,6 +61,8 @@ class GatewayState:
                 self.recorder.write((up, down))
             except OSError as exc:  # a full disk must not take the stream down with it
                 self.log.error("recording failed: %s", exc)
+        if self.telemetry is not None and record.trace is not None:
+            self.telemetry.stream_ended(up, down, record.trace, labels[0])
 
 
 def labels_of(record: StreamRecord, models: ModelLabels) -> StreamLabels:

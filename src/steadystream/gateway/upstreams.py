@@ -168,6 +168,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` a Messages request carries upstream when its client sent none."""
 ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
 """What a Messages client says of the API it speaks: passed on to the upstream."""
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""W3C Trace Context, passed on whenever the client headers carry it: with telemetry on the
+gateway puts its own span's there (gateway/telemetry.py)."""
 
 
 def build_body(
@@ -292,6 +295,9 @@ class UpstreamPool:
         for name in upstream.forward_headers:
             value = client_headers.get(name)
             if value is not None:
+                headers[name] = value
+        for name in TRACE_HEADERS:  # the gateway's own span as the parent (telemetry on)
+            if (value := client_headers.get(name)) is not None:
                 headers[name] = value
         headers.update(upstream.headers)
         key = self._keys.get(upstream.name)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.types import Send
 
@@ -175,8 +175,13 @@ async def write_paced(
     chat: bool,
     high_watermark: int,
     low_watermark: int,
+    stamp: Callable[[bytes], bytes] | None = None,
 ) -> None:
-    """Release text as the stream's pacer says; everything else in order, unchanged."""
+    """Release text as the stream's pacer says; everything else in order, unchanged.
+
+    ``stamp`` (with resume) gives each event it sends its ``id:`` and keeps it: paced
+    events are the ones the client gets, so they are the ones numbered.
+    """
     clock = ctx.clock
     stuck = ctx.stuck
     log = ctx.record.downstream
@@ -198,6 +203,8 @@ async def write_paced(
                 continue
         stuck.sending(clock.now_ns())
         body = piece.raw if scrub is None else scrub(piece.raw)
+        if stamp is not None:
+            body = stamp(body)
         await send({"type": "http.response.body", "body": body, "more_body": True})
         t = clock.now_ns() - received
         stuck.sent()

@@ -269,9 +269,11 @@ class Scheduler:
         k = self.scenario.spec_decode.draft_tokens
         decoded = 0
         for seq, n in decoding:
+            # A step whose draft was rejected wholly made this sequence no token: all of it
+            # is lost, the part another request's prefill stretched it by to that prefill.
             if n == 0:
-                charge(seq.extras, Cause.SPEC_DECODE_REJECTION, duration)
-            elif prefill_ns:
+                charge(seq.extras, Cause.SPEC_DECODE_REJECTION, duration - prefill_ns)
+            if prefill_ns:
                 charge(seq.extras, Cause.PREFILL_INTERFERENCE, prefill_ns)
             plan = seq.spec_accepted
             if plan is not None and seq.spec_pos < len(plan):

@@ -7,7 +7,8 @@ answer key that measurement, pacing, failover and attribution are scored against
 In JSON (``GET /lab/requests/{id}``) and in timelines, times are integer nanoseconds from the
 request's arrival at the lab. The timeline (``where = lab``) has one event per SSE event the
 lab wrote, timed at its actual write, with a ``cause`` annotation (the main cause of the gap
-that ends at the event) and ``causes`` (all of them, ``+``-joined, largest first).
+that ends at the event), ``causes`` (all of them, ``+``-joined, largest first) and
+``cause_ns`` (the delay each of them added to the gap, in ns: ``queueing=120000000+...``).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ class RequestTruth:
         ]
         main: list[str | None] = [c[0].value if c else None for c in self.causes]
         every: list[str | None] = ["+".join(x.value for x in c) if c else None for c in self.causes]
+        shares = [_delays(extra) for extra in self.extra_ns]
         usage = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.tokens_written,
@@ -189,7 +191,7 @@ class RequestTruth:
             usage=usage,
             labels={"model": self.model, "endpoint": self.endpoint},
             started_at=self.started_at,
-            annotations={"cause": main, "causes": every},
+            annotations={"cause": main, "causes": every, "cause_ns": shares},
         )
         timeline.meta.update(self._instants())
         return timeline
@@ -212,6 +214,16 @@ class RequestTruth:
             "fault": self.fault,
             "end_extra_ns": self.end_extra_ns or {},
         }
+
+
+def _delays(extra: dict[str, int] | None) -> str | None:
+    """A gap's delay by cause, largest first: ``prefill-interference=420000000+...`` (ns)."""
+    if not extra:
+        return None
+    named = sorted(
+        ((ns, cause) for cause, ns in extra.items() if ns > 0), key=lambda p: (-p[0], p[1])
+    )
+    return "+".join(f"{cause}={ns}" for ns, cause in named) or None
 
 
 class TruthStore:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream._types import TEXT_KINDS, EventKind, Outcome
+from steadystream._types import TEXT_KINDS, EventKind, Outcome, TokenSource
 from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._quality import andes_qoe, fluidity
 from steadystream.metrics.segments import (
@@ -44,6 +44,17 @@ _NS = 1e9
 ARRIVAL_WINDOW_NS = 1_000_000
 """Text events closer than this to the one before arrived together ([metrics.md#chunks])."""
 _GAP_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 100.0)
+# The columns that count tokens (None where the token counts are unknown).
+_TOKEN_COLUMNS = (
+    "tpot_s",
+    "output_tokens",
+    "longest_stall_token",
+    "longest_stall_fraction",
+    "tokens_per_chunk",
+    "head_burst",
+    "qoe",
+    "fluidity",
+)
 
 
 STREAM_COLUMNS = (
@@ -90,7 +101,7 @@ class StreamMetrics:
     ttfr_s: float | None
     e2el_s: float | None
     tpot_s: float | None
-    output_tokens: int
+    output_tokens: int | None
     chunks: int
     gaps: int
     gap_p50_s: float | None
@@ -154,7 +165,7 @@ class StreamTable:
             ttfr_s=real("ttfr_s"),
             e2el_s=real("e2el_s"),
             tpot_s=real("tpot_s"),
-            output_tokens=int(self.columns["output_tokens"][index]),
+            output_tokens=count("output_tokens"),  # None: a peer's file kept no count
             chunks=int(self.columns["chunks"][index]),
             gaps=int(self.columns["gaps"][index]),
             gap_p50_s=real("gap_p50_s"),
@@ -329,6 +340,15 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
     token_times, token_counts = visible.token_times()
     cols["qoe"] = andes_qoe(token_times, token_counts, cfg)
     cols["fluidity"] = fluidity(token_times, token_counts, cfg)
+
+    # [format.md#token-counts] A peer's file that kept no token count: the one token per
+    # chunk that holds each event's place is no count, so every metric of tokens is unknown.
+    unknown = np.fromiter(
+        (t.token_source is TokenSource.UNKNOWN for t in timelines), dtype=bool, count=n
+    )
+    if unknown.any():
+        for name in _TOKEN_COLUMNS:
+            cols[name] = np.where(unknown, np.nan, cols[name])
 
     return StreamTable(
         stream_ids=[t.stream_id for t in timelines],

@@ -173,6 +173,12 @@ class StreamRecorder:
         """Note when the response headers arrived."""
         self._header_ns = now_ns - self._sent_ns
 
+    def reconnected(self) -> None:
+        """The stream goes on over a new connection (a resumed stream): an event the old
+        connection cut short is dropped, never joined to the new one's bytes; the server
+        sends it again whole."""
+        self._decoder = new_decoder()
+
     def feed(self, now_ns: Nanos, data: bytes) -> list[SseItem]:
         """Record one read that arrived at ``now_ns``; return the SSE items it completed.
 

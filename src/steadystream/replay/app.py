@@ -7,7 +7,9 @@ API's error shape), ``GET /v1/models``, ``GET /replay/streams`` (the recorded id
 ``GET /replay/requests`` and ``GET /replay/requests/{id}`` (what each request was played
 and what was injected: the lab's ground-truth shape, plus ``source_stream`` and
 ``injected``), ``GET /healthz``, and the glass probe (``/steadystream/glass.js``, and
-``/steadystream/glass``, whose reports are kept in memory for the glass harness).
+``/steadystream/glass``, whose reports are kept in memory for the glass harness), and
+``GET /metrics``: ``lab:injected_faults_total``, the pauses injected so far (counted as each
+is played), which ``bench --engine-metrics auto`` scrapes and attribution reads.
 
 Which recording a request gets: the one named by its ``X-Replay-Stream`` header, else the
 next in turn. The replay serves pages on other origins (it holds no secret and is meant for
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -40,6 +44,7 @@ from steadystream._api_errors import (
 )
 from steadystream._clock import Clock, MonotonicClock
 from steadystream._exceptions import InputError
+from steadystream.attribution.engine import INJECTED_FAULTS
 from steadystream.glass.intake import GlassLimits
 from steadystream.glass.routes import glass_routes
 from steadystream.lab.api import LabBody, parse_body
@@ -72,12 +77,23 @@ class ReplayState:
     seed: int
     clock: Clock
     stall_limit_ns: int
+    on_done: Callable[[RequestTruth], None] | None = None  # each played request, when done
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     truths: TruthStore = field(default_factory=lambda: TruthStore(_KEEP_TRUTHS))
     sources: dict[str, tuple[str, list[dict[str, object]]]] = field(default_factory=dict)
     glass: deque[Timeline] = field(default_factory=deque)
     glass_events: int = 0
     ordinals: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        # The pauses injected, counted as each is played (when the event it held is written):
+        # in the lab's names, so that attribution reads them from scraped engine metrics.
+        self.injected = Counter(
+            INJECTED_FAULTS.removesuffix("_total"),
+            "Injected pauses played (the event each held back was written).",
+            registry=self.registry,
+        )
 
     def next_stream(self, ordinal: int) -> Timeline:
         return self.streams.streams[ordinal % len(self.streams)]
@@ -101,8 +117,10 @@ def create_app(
     only: Sequence[str] = (),
     clock: Clock | None = None,
     stall_limit_ns: int = _DEFAULT_STALL_LIMIT_NS,
+    on_done: Callable[[RequestTruth], None] | None = None,
 ) -> Starlette:
-    """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play."""
+    """The replay as an ASGI app; an :class:`InputError` when the run has nothing to play.
+    ``on_done`` gets each request's ground truth once it is played (``replay --record``)."""
     if len(injections) > MAX_INJECTIONS:
         raise InputError(f"inject: {len(injections):,} injections; at most {MAX_INJECTIONS:,}")
     if seed < 0:  # numpy seeds each request's draws with (seed, ordinal): 0 or more
@@ -113,6 +131,7 @@ def create_app(
         seed=seed,
         clock=clock if clock is not None else MonotonicClock(),
         stall_limit_ns=stall_limit_ns,
+        on_done=on_done,
     )
     routes = [
         *(Route(api.path, _generation(state, api), methods=["POST"]) for api in APIS),
@@ -121,6 +140,7 @@ def create_app(
         Route("/replay/requests", _request_ids(state), methods=["GET"]),
         Route("/replay/requests/{request_id:path}", _truth(state), methods=["GET"]),
         Route("/healthz", _health, methods=["GET"]),
+        Route("/metrics", _metrics(state), methods=["GET"]),
         *glass_routes(state.keep_glass, GlassLimits()),
     ]
     cors = Middleware(
@@ -134,6 +154,13 @@ def create_app(
     app = Starlette(routes=routes, middleware=[cors])
     app.state.replay = state
     return app
+
+
+def _metrics(state: ReplayState) -> _Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return endpoint
 
 
 async def _health(request: Request) -> Response:
@@ -203,6 +230,8 @@ def _generation(state: ReplayState, api: LabApi[Any]) -> _Endpoint:
             stream=body.stream,
             stall_limit_ns=state.stall_limit_ns,
             refuse=api.refuse,
+            on_done=state.on_done,
+            on_injected=state.injected.inc,
         )
 
     return endpoint

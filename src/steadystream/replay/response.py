@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from steadystream._api_errors import ApiError
+from steadystream._causes import Cause
 from steadystream._clock import Clock
 from steadystream._types import EventKind
 from steadystream.gateway.disconnect import run_until_disconnect
@@ -59,6 +60,8 @@ class ReplayResponse(Response):
         stream: bool,
         stall_limit_ns: int,
         refuse: Refuse,
+        on_done: Callable[[RequestTruth], None] | None = None,
+        on_injected: Callable[[], None] | None = None,
     ) -> None:
         # Response.__init__ is not called: this response writes its own body.
         self.status_code = 200
@@ -70,6 +73,8 @@ class ReplayResponse(Response):
         self._stream = stream
         self._stall_limit_ns = stall_limit_ns
         self._refuse = refuse  # a whole answer's error, in its API's shape
+        self._on_done = on_done
+        self._on_injected = on_injected
         self._extra_headers = [(b"x-request-id", truth.request_id.encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,8 +83,8 @@ class ReplayResponse(Response):
             self._write(send), receive, self._clock, answered=lambda: truth.stream_done
         )
         if noticed is not None:
-            self._finish(noticed, "cancelled")
             truth.disconnect_noticed_ns = noticed
+            self._finish(noticed, "cancelled")
 
     def _finish(self, now: int, reason: str) -> None:
         truth = self._truth
@@ -88,12 +93,16 @@ class ReplayResponse(Response):
         truth.finish_reason = reason
         truth.finished_ns = truth.end_ns = now
         truth.stream_done = truth.engine_done = True
+        if self._on_done is not None:
+            self._on_done(truth)
 
     def _mark_content(self, index: int, written_ns: int, wire_bytes: int) -> None:
         """Record content event ``index`` of the plan as written, with its injected causes."""
         plan = self._plan
         extra = plan.extra[index]
         ordered = tuple(sorted(extra, key=lambda cause: -extra[cause]))
+        if Cause.INJECTED_FAULT in extra and self._on_injected is not None:
+            self._on_injected()
         self._truth.add_event(
             EventKind.CONTENT,
             self._truth.arrival_ns + plan.times[index],

@@ -14,7 +14,7 @@ import steadystream.report.data as data
 from steadystream._units import format_duration, format_seconds
 from steadystream.attribution import EngineSamples, Explanation, explain
 from steadystream.bench.summary import one_view_note, one_view_rows
-from steadystream.findings import find
+from steadystream.findings import PER_GAP_FIGURES, find, is_rechunked
 from steadystream.glass.edges import compare_edges, rendered_view
 from steadystream.metrics import (
     FleetMetrics,
@@ -124,7 +124,13 @@ def build_report(
     return Report(
         title=title,
         run=run,
-        cards=headline_cards(fleet, base_fleet),
+        cards=headline_cards(
+            fleet,
+            base_fleet,
+            uncompared=PER_GAP_FIGURES
+            if base_table is not None and is_rechunked(table) != is_rechunked(base_table)
+            else frozenset(),
+        ),
         findings=findings,
         charts=_charts(timelines, table, fleet, cfg, baseline, base_table, explanation),
         fleet=fleet,

@@ -103,8 +103,15 @@ class Card:
         return f"{sign}{amount} ({sign}{abs(relative):.0%})"
 
 
-def headline_cards(fleet: FleetMetrics, baseline: FleetMetrics | None = None) -> list[Card]:
-    """The cards of a report, in reading order; TTFR's only where a stream reasoned."""
+def headline_cards(
+    fleet: FleetMetrics,
+    baseline: FleetMetrics | None = None,
+    *,
+    uncompared: frozenset[str] = frozenset(),
+) -> list[Card]:
+    """The cards of a report, in reading order; TTFR's only where a stream reasoned. The
+    cards named in ``uncompared`` show no change from the baseline (the two runs' figures
+    do not measure the same thing: one was re-chunked on the way, the other not)."""
     threshold = format_duration(fleet.stall_threshold_s * 1e9)
     target = format_duration(fleet.ttft_target_s * 1e9)
     shown = list(_CARDS)
@@ -115,6 +122,8 @@ def headline_cards(fleet: FleetMetrics, baseline: FleetMetrics | None = None) ->
     for key, chart in shown:
         info = FLEET_CATALOGUE[key]
         note = info.describe(threshold=threshold, target=target)
-        before = None if baseline is None else getattr(baseline, key)
+        before = None if baseline is None or key in uncompared else getattr(baseline, key)
+        if baseline is not None and key in uncompared:
+            note += "; not compared with the baseline: one run's chunks were re-cut on the way"
         cards.append(Card(info, note, getattr(fleet, key), before, chart))
     return cards

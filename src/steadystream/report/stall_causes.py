@@ -1,5 +1,6 @@
-"""The stall map's causes: every attributed stall drawn over its gap in its cause's colour,
-with the evidence on hover (docs/report.md#stall-map, docs/attribution.md)."""
+"""The stall map's causes: every attributed stall drawn over its gap in its causes' colours
+(a stall split among causes as one bar per share, end to end), with the evidence on hover
+(docs/report.md#stall-map, docs/attribution.md)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> in
     """Overlay the stalls of the rows shown, one legend entry per cause; returns how many."""
     rows = set(stall_map.rows)
     by_cause: dict[str, list[tuple[str, float, float, str]]] = {}
+    shown = 0
     for stall in explanation.stalls:
         if stall.stream_id not in rows:
             continue  # not shown (sampled out), or shown under a vantage-point suffix
@@ -43,15 +45,20 @@ def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> in
             start = stall.started_at - stall_map.origin
         else:
             start = stall.start_ns / 1e9
+        causes = ", ".join(
+            f"<b>{p.cause}</b> {p.fraction:.0%} ({p.confidence:.0%} sure)" for p in stall.parts
+        )
         hover = (
             f"{stall.stream_id}: {stall.duration_s * 1000:.0f} ms stall"
             f"{' before the first token' if stall.first_token else ''}<br>"
-            f"<b>{stall.cause}</b> ({stall.confidence:.0%} sure)<br>"
-            + "<br>".join(_wrap(stall.evidence))
+            f"{causes}<br>" + "<br>".join(_wrap(stall.evidence))
         )
-        by_cause.setdefault(stall.cause, []).append(
-            (stall.stream_id, start, stall.duration_s, hover)
-        )
+        # A stall split among causes: one bar per share, end to end, each in its colour.
+        shown += 1
+        for part in stall.parts:
+            length = stall.duration_s * part.fraction
+            by_cause.setdefault(part.cause, []).append((stall.stream_id, start, length, hover))
+            start += length
     if not by_cause:
         return 0
     fig.update_traces(showlegend=False)
@@ -74,7 +81,7 @@ def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> in
             )
         )
     fig.update_layout(showlegend=True, legend={"title": {"text": "stall cause"}})
-    return sum(len(v) for v in by_cause.values())
+    return shown
 
 
 def _wrap(text: str, width: int = 90) -> list[str]:

@@ -1,0 +1,271 @@
+"""Readers who drop and come back: ``bench --disconnect after=40tok,back=2s,share=0.25``.
+
+A person on a phone that changes networks, or a laptop that wakes from sleep, loses the
+connection mid-answer and asks again. Against a gateway that keeps streams (docs/gateway.md,
+"Resume"), the client comes back with ``GET /v1/streams/{id}`` and ``Last-Event-ID`` and
+should get every event after the last one it saw, none twice, none lost.
+
+``--disconnect`` drops ``share`` of the streams (seeded per request, like ``--cancel``) after
+their ``after``-th content chunk (or that long after sending) and comes back ``back`` later.
+Each reconnect goes into the stream's timeline (``meta["reconnects"]``): when it dropped,
+when it asked again, when the first event after it came, and what came back lost or doubled
+(event ids are the gateway's sequence numbers). ``analyze`` reports the gap the user felt
+across each one (:func:`reconnect_summary`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from steadystream._clock import NS_PER_MS
+from steadystream._exceptions import SpecError
+from steadystream._units import parse_duration
+from steadystream.bench.cancel import CancelPoint
+from steadystream.protocol import SseItem
+from steadystream.timeline import Timeline
+
+__all__ = [
+    "STREAM_ID_HEADER",
+    "DisconnectPlan",
+    "DisconnectPolicy",
+    "EventIds",
+    "Reconnect",
+    "ReconnectSummary",
+    "reconnect_summary",
+    "resume_headers",
+    "resume_path",
+]
+
+STREAM_ID_HEADER = "x-steadystream-stream-id"  # the gateway names each kept stream
+_DEFAULT_BACK_NS = 2_000 * NS_PER_MS
+_KEYS = ("after", "back", "share")
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectPlan:
+    """Where one stream drops (a cancel point) and how long its reader stays away."""
+
+    after: CancelPoint
+    back_ns: int
+
+    def describe(self) -> str:
+        return f"after {self.after.describe()}, back {self.back_ns / NS_PER_MS:g}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectPolicy:
+    """Drop ``share`` of the streams at ``plan``; which ones is seeded per request."""
+
+    plan: DisconnectPlan
+    share: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, text: str, *, seed: int = 0) -> DisconnectPolicy:
+        """``after=40tok,back=2s,share=0.25`` (``back`` 2 s and ``share`` 1 by default)."""
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            key, value = key.strip().lower(), value.strip()
+            if not sep or not value:
+                raise SpecError(
+                    f"--disconnect: {part.strip()!r} is not key=value"
+                    " (example: after=40tok,back=2s,share=0.25)"
+                )
+            if key not in _KEYS:
+                raise SpecError(
+                    f"--disconnect: unknown key {key!r}; the keys are {', '.join(_KEYS)}"
+                )
+            if key in fields:
+                raise SpecError(f"--disconnect: {key!r} given twice")
+            fields[key] = value
+        if "after" not in fields:
+            raise SpecError("--disconnect: say when to drop, e.g. after=40tok or after=1.5s")
+        try:
+            after = CancelPoint.parse(fields["after"])
+        except SpecError:
+            raise SpecError(
+                f"--disconnect: after={fields['after']!r} is not a point (examples: 40tok, 1.5s)"
+            ) from None
+        back_ns = _DEFAULT_BACK_NS
+        if "back" in fields:
+            back_ns = parse_duration(fields["back"], name="--disconnect back")
+        share = 1.0
+        if "share" in fields:
+            try:
+                share = float(fields["share"])
+            except ValueError:
+                share = float("nan")
+            if not 0.0 <= share <= 1.0:  # (NaN fails too)
+                raise SpecError(
+                    f"--disconnect: share={fields['share']!r} must be a fraction from 0 to 1"
+                )
+        return cls(DisconnectPlan(after, back_ns), share, seed)
+
+    def for_request(self, index: int) -> DisconnectPlan | None:
+        draw = np.random.default_rng([self.seed, index, 0xD15C]).random()
+        return self.plan if draw < self.share else None
+
+
+def resume_path(request_path: str, api_path: str, stream_id: str) -> str:
+    """The kept stream's path beside the request's: ``/v1/chat/completions`` -> ``/v1/streams/ID``.
+
+    ``request_path`` is what the stream was asked on, ``api_path`` its API's part of it
+    (``chat/completions``); whatever prefix the gateway is served under is kept.
+    """
+    path = request_path.split("?", 1)[0]
+    base = path[: -len(api_path)] if api_path and path.endswith(api_path) else path
+    if not base.endswith("/"):
+        base += "/"
+    return f"{base}streams/{quote(stream_id, safe='')}"
+
+
+@dataclass(slots=True)
+class Reconnect:
+    """One drop and its return, in ns from the request sent (``None``: did not happen)."""
+
+    dropped_ns: int
+    last_event_id: str | None  # what the client had seen, sent as Last-Event-ID
+    asked_ns: int | None = None  # the resume request's last byte sent
+    first_ns: int | None = None  # the first event after it
+    status: int | None = None
+    replayed: int = 0  # events received after the return
+    lost: int = 0  # ids skipped (numeric ids only)
+    doubled: int = 0  # ids at or below one already seen
+    error: str | None = None
+
+    def as_meta(self) -> dict[str, Any]:
+        def ms(ns: int | None) -> float | None:
+            return None if ns is None else round(ns / NS_PER_MS, 3)
+
+        meta: dict[str, Any] = {
+            "dropped_ms": ms(self.dropped_ns),
+            "asked_ms": ms(self.asked_ns),
+            "first_ms": ms(self.first_ns),
+            "last_event_id": self.last_event_id,
+            "status": self.status,
+            "events_after": self.replayed,
+            "lost": self.lost,
+            "doubled": self.doubled,
+        }
+        if self.error is not None:
+            meta["error"] = self.error
+        return meta
+
+
+@dataclass(slots=True)
+class EventIds:
+    """The ids a stream's events carried, to say what a return lost or doubled.
+
+    Ids are opaque to a client in general; the gateway's are decimal sequence numbers, so
+    a gap is an event lost and a repeat is an event doubled. Other ids are not judged.
+    """
+
+    last: str | None = None
+    _high: int | None = None
+    _numeric: bool = True
+    seen: int = 0
+    lost: int = 0
+    doubled: int = 0
+    _ids: set[int] = field(default_factory=set)
+
+    def see(self, items: Iterable[SseItem]) -> int:
+        """Take the events of one read; returns how many carried an id."""
+        count = 0
+        for item in items:
+            event_id = getattr(item, "id", None)
+            if event_id is None:
+                continue
+            count += 1
+            self.seen += 1
+            if event_id == self.last and not event_id.isdecimal():
+                continue
+            self.last = event_id
+            if not (self._numeric and event_id.isdecimal() and len(event_id) <= 18):
+                self._numeric = False
+                continue
+            number = int(event_id)
+            if number in self._ids:
+                self.doubled += 1
+                continue
+            if self._high is not None and number > self._high + 1:
+                self.lost += number - self._high - 1
+            self._ids.add(number)
+            self._high = number if self._high is None else max(self._high, number)
+        return count
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectSummary:
+    """What the readers who came back felt, over a run (``analyze``)."""
+
+    streams: int  # streams with at least one reconnect
+    reconnects: int
+    failed: int  # returns that got no stream back (410, an error)
+    lost: int
+    doubled: int
+    felt_gap_ms: tuple[float, ...]  # per return: last text before the drop to the first after
+
+    @property
+    def worst_felt_ms(self) -> float | None:
+        return max(self.felt_gap_ms) if self.felt_gap_ms else None
+
+    @property
+    def median_felt_ms(self) -> float | None:
+        return float(np.median(self.felt_gap_ms)) if self.felt_gap_ms else None
+
+
+def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
+    """Each reconnect's felt gap and losses; None when no stream reconnected."""
+    streams = reconnects = failed = lost = doubled = 0
+    felt: list[float] = []
+    for timeline in timelines:
+        entries = timeline.meta.get("reconnects")
+        if not isinstance(entries, list) or not entries:
+            continue
+        streams += 1
+        text_times = timeline.times[timeline.text_mask]
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            reconnects += 1
+            lost += _count(entry.get("lost"))
+            doubled += _count(entry.get("doubled"))
+            if entry.get("error") is not None or entry.get("first_ms") is None:
+                failed += 1
+                continue
+            gap = _felt_gap_ms(text_times, entry)
+            if gap is not None:
+                felt.append(gap)
+    if not reconnects:
+        return None
+    return ReconnectSummary(streams, reconnects, failed, lost, doubled, tuple(felt))
+
+
+def _felt_gap_ms(text_times: np.ndarray, entry: Mapping[str, Any]) -> float | None:
+    """From the last text before the drop to the first text after the return."""
+    dropped = entry.get("dropped_ms")
+    if not isinstance(dropped, int | float) or not len(text_times):
+        return None
+    at = int(dropped * NS_PER_MS)
+    cut = int(np.searchsorted(text_times, at, side="right"))
+    if cut == 0 or cut >= len(text_times):
+        return None
+    return round(float(text_times[cut] - text_times[cut - 1]) / NS_PER_MS, 3)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def resume_headers(headers: Mapping[str, str], last_event_id: str | None) -> dict[str, str]:
+    """The resume request's headers: the stream's own, without a body's, plus Last-Event-ID."""
+    kept = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    if last_event_id is not None:
+        kept["Last-Event-ID"] = last_event_id
+    return kept

@@ -1,0 +1,321 @@
+"""The gateway's streams that outlive their reader: ids, the tee into the stores, the grace.
+
+Each streamed request opens a :class:`LiveStream` (:meth:`StreamHub.open`). On the relay's
+path its :class:`StreamTee` stamps each event with its ``id:`` (gateway/resume/ids.py) and
+hands the stamped events to the stores: memory (this process) and, when configured, the
+shared one (Redis, batched). The relay tells the stream when its client leaves
+(:meth:`LiveStream.reader_left`); with no reader left the generation runs on for
+``resume.grace``, then the stream's ``cancel`` (the relay's) is called, as a disconnect
+cancels without resume. Readers who come back (:mod:`steadystream.gateway.resume.routes`)
+count as readers while they read. Tokens generated while no one read are counted in
+``steadystream_tokens_without_reader_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+from collections.abc import Callable
+
+import orjson
+
+from steadystream._clock import Clock
+from steadystream.gateway.config import ResumeConfig
+from steadystream.gateway.export import GatewayMetrics
+from steadystream.gateway.resume.ids import stamp_events
+from steadystream.gateway.resume.log import StreamLog
+from steadystream.gateway.resume.store import Claim, EventStore, MemoryStore, StreamInfo
+
+__all__ = ["REFUSED", "STREAM_ID_HEADER", "LiveStream", "StreamHub", "StreamTee", "idempotency_key"]
+
+STREAM_ID_HEADER = "X-Steadystream-Stream-Id"
+REFUSED = "refused"  # how a stream ends that never started (its request got an error)
+_ELSEWHERE_RECHECK_NS = 1_000_000_000  # a reader on another process marks itself each second
+_WATCHED_EVENTS = 8  # a response.created comes first, or after a few keepalives at most
+
+
+def _no_tokens() -> int:
+    return 0
+
+
+def idempotency_key(tenant: str, path: str, key: str) -> str:
+    """The name an ``Idempotency-Key`` is kept under: scoped by tenant and path, and hashed
+    (a client's key may be anything, secrets included)."""
+    digest = hashlib.sha256(f"{tenant}\0{path}\0{key}".encode()).hexdigest()
+    return digest[:40]
+
+
+class StreamTee:
+    """Stamps a stream's events with their ids and keeps them (on the relay's path).
+
+    ``scrub`` hides upstream keys in what is kept, as it does in what the client gets.
+    """
+
+    __slots__ = ("_local", "_scrub", "_shared", "next_id", "stream_id", "watch")
+
+    def __init__(
+        self,
+        stream_id: str,
+        local: StreamLog,
+        shared: EventStore | None,
+        scrub: Callable[[bytes], bytes] | None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.next_id = 1
+        self._local = local  # (this process's copy, held here: no lookup per read)
+        self._shared = shared
+        self._scrub = scrub
+        # Looks at the first events for what names the stream otherwise (a response's id);
+        # None once it found it, or gave up.
+        self.watch: Callable[[list[bytes]], None] | None = None
+
+    def stamp(self, data: bytes) -> bytes:
+        """``data`` (whole events) with an ``id:`` in each event; the events kept."""
+        first = self.next_id
+        stamped, events = stamp_events(data, first)
+        if events:
+            self.next_id = first + len(events)
+            scrub = self._scrub
+            if scrub is not None:
+                events = [scrub(event) for event in events]
+            self._local.add(events, len(stamped))
+            shared = self._shared
+            if shared is not None:
+                shared.append(self.stream_id, first, events)
+            if self.watch is not None:
+                self.watch(events)
+        return stamped
+
+
+class LiveStream:
+    """One stream this process runs: its tee, its readers, its grace (module docstring)."""
+
+    def __init__(self, hub: StreamHub, info: StreamInfo, tee: StreamTee) -> None:
+        self.hub = hub
+        self.info = info
+        self.tee = tee
+        self.readers = 1  # the client that asked
+        self.cancel: Callable[[], None] | None = None  # the relay's: stop the generation now
+        self.tokens: Callable[[], int] = _no_tokens  # the relay's: tokens generated so far
+        self.running = True
+        self.grace_expired = False
+        self._grace: asyncio.Task[None] | None = None
+        self._unread_since = 0  # tokens when the last reader left
+
+    @property
+    def stream_id(self) -> str:
+        return self.info.stream_id
+
+    def reader_came(self) -> None:
+        self.readers += 1
+        if self.readers == 1:
+            self._stop_grace()
+            self._count_unread()
+
+    def reader_left(self) -> bool:
+        """A reader went; True when the generation goes on without it (grace), False when
+        it should be cancelled now (no grace, or already over)."""
+        self.readers -= 1
+        if self.readers > 0 or not self.running:
+            return self.running
+        grace = self.hub.config.grace
+        if grace <= 0:
+            return False
+        self._unread_since = self.tokens()
+        self._grace = asyncio.ensure_future(self._wait_grace(self.hub.clock.now_ns() + grace))
+        return True
+
+    def stop(self) -> bool:
+        """Cancel the generation now (``DELETE``); False when it is over already."""
+        if not self.running or self.cancel is None:
+            return False
+        self._stop_grace()
+        self.cancel()
+        return True
+
+    def ended(self, how: str) -> None:
+        """The relay is done with the stream (whatever the way)."""
+        if not self.running:
+            return
+        self.running = False
+        self._stop_grace()
+        if self.readers <= 0:
+            self._count_unread()
+        self.cancel = None
+        self.tokens = _no_tokens
+        self.hub.ended(self, how)
+
+    async def _wait_grace(self, deadline_ns: int) -> None:
+        hub = self.hub
+        clock = hub.clock
+        await clock.sleep_until(deadline_ns)
+        while self.readers <= 0 and self.running and await hub.read_elsewhere(self.stream_id):
+            await clock.sleep_until(clock.now_ns() + _ELSEWHERE_RECHECK_NS)
+        if self.readers > 0 or not self.running:
+            return
+        self._grace = None
+        self.grace_expired = True
+        hub.metrics.resume_grace_expiries.labels(self.info.route).inc()
+        hub.log.info(
+            "stream %s: no reader came back within resume.grace; cancelled", self.stream_id
+        )
+        if self.cancel is not None:
+            self.cancel()
+
+    def _stop_grace(self) -> None:
+        task, self._grace = self._grace, None
+        if task is not None and not task.done():
+            task.cancel()
+
+    def response_created(self, events: list[bytes]) -> None:
+        """Find the Responses API's id of the response in its first events (its
+        ``response.created``): ``GET /v1/responses/{id}`` names the stream by it."""
+        tee = self.tee
+        for event in events:
+            for line in event.splitlines():
+                if not line.startswith(b"data:") or b"response.created" not in line:
+                    continue
+                try:
+                    data = orjson.loads(line[5:])
+                    response_id = data["response"]["id"]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue
+                if (  # (a name of printable characters, no spaces: a key in the store)
+                    isinstance(response_id, str)
+                    and 0 < len(response_id) <= 200
+                    and response_id.isprintable()
+                    and " " not in response_id
+                ):
+                    self.hub.alias(response_id, self.stream_id)
+                    tee.watch = None
+                    return
+        if tee.next_id > _WATCHED_EVENTS:
+            tee.watch = None
+
+    def _count_unread(self) -> None:
+        unread = self.tokens() - self._unread_since
+        if unread > 0:
+            self.hub.metrics.tokens_without_reader.labels(self.info.route).inc(unread)
+        self._unread_since = 0
+
+
+class StreamHub:
+    """This process's live streams and the stores their events go to."""
+
+    def __init__(
+        self,
+        config: ResumeConfig,
+        clock: Clock,
+        metrics: GatewayMetrics,
+        *,
+        shared: EventStore | None = None,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = metrics
+        self.log = log if log is not None else logging.getLogger("steadystream.gateway")
+        self.local = MemoryStore(
+            clock,
+            max_streams=config.max_streams,
+            max_stream_bytes=config.max_stream_bytes,
+            ttl_ns=config.ttl,
+        )
+        self.shared = shared
+        self.live: dict[str, LiveStream] = {}
+        metrics.resume_store_up.set(1)
+
+    @staticmethod
+    def new_id() -> str:
+        """A fresh stream id no client can guess: it is what a resume asks for."""
+        return f"strm_{secrets.token_urlsafe(18)}"
+
+    def open(
+        self,
+        route: str,
+        tenant: str,
+        scrub: Callable[[bytes], bytes] | None = None,
+        stream_id: str | None = None,
+    ) -> LiveStream:
+        """A new stream (``stream_id``: one :meth:`new_id` gave, else a new one)."""
+        stream_id = stream_id or self.new_id()
+        info = StreamInfo(stream_id, route, tenant)
+        log = self.local.opened(info)
+        if self.shared is not None:
+            self.shared.opened(info)
+        live = LiveStream(self, info, StreamTee(stream_id, log, self.shared, scrub))
+        if route == "responses":
+            live.tee.watch = live.response_created
+        self.live[stream_id] = live
+        return live
+
+    def alias(self, name: str, stream_id: str) -> None:
+        self.local.alias(name, stream_id)
+        if self.shared is not None:
+            self.shared.alias(name, stream_id)
+
+    async def stream_of_response(self, response_id: str) -> str | None:
+        """The stream of a Responses API response, by its id."""
+        found = await self.local.resolve(response_id)
+        if found is None and self.shared is not None:
+            found = await self.shared.resolve(response_id)
+        return found
+
+    async def read_elsewhere(self, stream_id: str) -> bool:
+        """Whether a reader on another process (through the shared store) reads it."""
+        return self.shared is not None and await self.shared.read_elsewhere(stream_id)
+
+    def cancel_here(self, stream_id: str) -> None:
+        """Another process was asked to cancel ``stream_id``: cancel it if it runs here."""
+        live = self.live.get(stream_id)
+        if live is not None:
+            live.stop()
+
+    async def cancel_elsewhere(self, stream_id: str) -> bool:
+        """Ask the process that runs ``stream_id`` (another worker or replica) to cancel it."""
+        return self.shared is not None and await self.shared.cancel(stream_id)
+
+    def ended(self, live: LiveStream, how: str) -> None:
+        self.live.pop(live.stream_id, None)
+        if how == REFUSED:  # the request again is a new request (its key is free here)
+            self.local.forget(live.stream_id)
+        else:
+            self.local.ended(live.stream_id, how)
+        if self.shared is not None:
+            self.shared.ended(live.stream_id, how)
+
+    async def info(self, stream_id: str) -> StreamInfo | None:
+        """The stream here, else in the shared store."""
+        info = await self.local.info(stream_id)
+        if info is None and self.shared is not None:
+            info = await self.shared.info(stream_id)
+        return info
+
+    def store_of(self, stream_id: str) -> EventStore:
+        """The store to read ``stream_id`` from: this process's when it has it."""
+        if self.local.log(stream_id) is not None or self.shared is None:
+            return self.local
+        return self.shared
+
+    async def claim(self, key: str, claim: Claim) -> Claim | None:
+        """Bind an idempotency key (in the shared store too, so another worker's repeat of
+        the request joins this one): None when bound now, or the claim it had."""
+        store: EventStore = self.local if self.shared is None else self.shared
+        return await store.claim(key, claim)
+
+    def health(self) -> dict[str, object]:
+        """What ``/healthz`` says of resume: the store, and whether it takes writes."""
+        if self.shared is None:
+            return {"store": "memory", "up": True}
+        return {"store": "redis", "up": self.shared_up()}
+
+    def shared_up(self) -> bool:
+        return bool(getattr(self.shared, "up", True))
+
+    async def close(self) -> None:
+        for live in list(self.live.values()):
+            live._stop_grace()
+        if self.shared is not None:
+            await self.shared.close()

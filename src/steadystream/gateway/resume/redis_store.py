@@ -1,0 +1,463 @@
+"""Streams' events in Redis (or Valkey), shared by every worker and replica of the gateway.
+
+``resume.store: redis://host:port/db``; the client is redis-py's asyncio one (the ``resume``
+extra), imported only here. What is kept, per stream ``S`` (docs/gateway.md#resume):
+
+- ``ss:S:e``, a Redis stream: event ``n`` is entry ``0-n`` (its bytes in field ``d``), the end
+  an entry with field ``x`` (how it ended);
+- ``ss:S:m``, a hash: route, tenant, and ``gone`` (why it cannot be resumed) when it cannot;
+- ``ss:S:r``, set for a few seconds by a reader on another process: the owner's grace waits;
+- ``ss:k:K`` (an idempotency key's stream and body digest), ``ss:a:A`` (a response's stream).
+
+Everything expires ``resume.ttl`` after its last write.
+
+**Why streams and XREAD, not pub/sub**: a reader on another process must get the kept events
+after its last one and then the live ones with nothing lost between the two. With pub/sub
+the events published between reading the kept ones and subscribing are lost unless each
+reader merges two sources; ``XREAD BLOCK`` from the last id it saw gives both in one ordered
+read, and the entry ids are the event ids, so a resume is one command.
+
+**Writes never wait on the relay's path**: :meth:`RedisStore.append` queues the events; one
+writer task sends all that was queued during a loop pass (and the 2 ms after it) as one call
+of a Lua script: one command and one round trip whatever the number of streams and events
+(a command per event cost the client more CPU than the rest of the relay), and the next
+batch while that one is out.
+Queued bytes are bounded (``resume.max_stream_bytes`` times 16); past it, or when Redis does
+not answer, the streams of the lost writes go on *unresumable* (their readers get 410, never
+a gap): said in the log, ``steadystream_resume_store_up`` and ``/healthz``. Nothing else
+fails. Tried again at most once a second while Redis is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from steadystream._clock import NS_PER_S, Clock
+from steadystream.gateway.config import ResumeConfig
+from steadystream.gateway.export import GatewayMetrics
+from steadystream.gateway.resume.log import StreamGone
+from steadystream.gateway.resume.store import Claim, StreamInfo
+
+__all__ = ["RedisStore"]
+
+_CONNECT_S = 1.0
+_COMMAND_S = 2.0  # a command (or a pipeline) Redis does not answer in this is a failure
+_COALESCE_S = 0.002  # a batch takes what was queued this long after its first write
+_RETRY_NS = NS_PER_S  # while Redis is down, a batch is tried at most this often
+_HEARTBEAT_MS = 3_000  # a remote reader's mark lives this long; refreshed every second
+_READ_COUNT = 1_000  # entries per XREAD
+_MAX_BROKEN = 10_000  # streams remembered as unresumable, to say so when Redis is back
+_CANCEL_CHANNEL = "ss:cancel"
+
+
+def _events(stream_id: str) -> str:
+    return f"ss:{stream_id}:e"
+
+
+def _meta(stream_id: str) -> str:
+    return f"ss:{stream_id}:m"
+
+
+def _reader(stream_id: str) -> str:
+    return f"ss:{stream_id}:r"
+
+
+def _entry_id(event_id: int) -> str:
+    return f"0-{event_id}"
+
+
+class RedisStore:
+    """The shared store (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ResumeConfig,
+        clock: Clock,
+        metrics: GatewayMetrics,
+        log: logging.Logger,
+        *,
+        client: Any = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = metrics
+        self.log = log
+        self.ttl_ms = max(1, config.ttl // 1_000_000)
+        self.max_pending = 16 * config.max_stream_bytes
+        if client is None:
+            import redis.asyncio as redis
+
+            pool = redis.BlockingConnectionPool.from_url(
+                config.store,
+                max_connections=256,
+                timeout=_COMMAND_S,
+                socket_connect_timeout=_CONNECT_S,
+            )
+            client = redis.Redis(connection_pool=pool)
+        self._redis: Any = client
+        self._write = client.register_script(_WRITE)
+        self._refreshed: dict[str, int] = {}  # when a live stream's keys' TTL was last set
+        self.up = True
+        self.on_cancel: Callable[[str], None] | None = None  # the hub's: cancel a stream here
+        self._pending: list[tuple[Any, ...]] = []
+        self._pending_bytes = 0
+        self._sizes: dict[str, int] = {}  # bytes written per live stream
+        self._next: dict[str, int] = {}  # the next event id per live stream
+        self._broken: OrderedDict[str, str] = OrderedDict()  # stream -> why unresumable
+        self._retry_at = 0
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+
+    # -- writes: queued on the relay's path, sent by the writer task -----------------------
+
+    def opened(self, info: StreamInfo) -> None:
+        self._sizes[info.stream_id] = 0
+        self._next[info.stream_id] = 1
+        self._queue(("open", info), 64)
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
+        if stream_id in self._broken:
+            return
+        size = len(events[0]) if len(events) == 1 else sum(map(len, events))
+        written = self._sizes.get(stream_id, 0) + size
+        self._sizes[stream_id] = written
+        self._next[stream_id] = first_id + len(events)
+        if written > self.config.max_stream_bytes:
+            self._break(stream_id, "too_large")
+            return
+        if self._pending_bytes + size > self.max_pending:
+            self._break(stream_id, "unresumable")
+            return
+        self._queue(("append", stream_id, first_id, events), size)
+
+    def ended(self, stream_id: str, how: str) -> None:
+        self._sizes.pop(stream_id, None)
+        self._refreshed.pop(stream_id, None)
+        last = self._next.pop(stream_id, 1)
+        if stream_id not in self._broken:
+            self._queue(("end", stream_id, last, how), 64)
+
+    def alias(self, name: str, stream_id: str) -> None:
+        self._queue(("alias", name, stream_id), 64)
+
+    def _queue(self, command: tuple[Any, ...], size: int) -> None:
+        self._pending.append(command)
+        self._pending_bytes += size
+        wake = self._wake
+        if wake is None:
+            self._start()
+        elif not wake.is_set():
+            wake.set()
+
+    def _start(self) -> None:
+        self._wake = asyncio.Event()
+        self._wake.set()
+        self._writer = asyncio.ensure_future(self._write_batches())
+        self._listener = asyncio.ensure_future(self._listen_for_cancels())
+
+    def _break(self, stream_id: str, reason: str) -> None:
+        """No more writes for ``stream_id``; readers are told it cannot be resumed."""
+        if stream_id in self._broken:
+            return
+        self._broken[stream_id] = reason
+        while len(self._broken) > _MAX_BROKEN:
+            self._broken.popitem(last=False)
+        self._queue(("gone", stream_id, reason), 64)
+
+    async def _write_batches(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        while True:
+            await wake.wait()
+            # What more loop passes bring in the next moment goes in the same call: a call
+            # costs the client a fixed ~0.1 ms of CPU, and readers elsewhere wait 2 ms more.
+            await asyncio.sleep(_COALESCE_S)
+            wake.clear()
+            batch, self._pending = self._pending, []
+            self._pending_bytes = 0
+            if not batch:
+                continue
+            if self.clock.now_ns() < self._retry_at:
+                self._lost(batch)
+                continue
+            try:
+                async with asyncio.timeout(_COMMAND_S):
+                    await self._send(batch)
+            except Exception as exc:
+                self._down(exc)
+                self._lost(batch)
+            else:
+                if not self.up:
+                    self.up = True
+                    self.metrics.resume_store_up.set(1)
+                    self.log.warning("resume store (redis): reachable again")
+
+    async def _send(self, batch: list[tuple[Any, ...]]) -> None:
+        """The batch as one call of the writer script (:data:`_WRITE`) with one argument
+        that holds every operation: one command and one reply whatever the number of streams
+        and events (a command, or even an argument, per event costs the client more CPU
+        than the rest of the relay does per event)."""
+        parts: list[bytes] = []
+        add = parts.append
+        now = self.clock.now_ns()
+        refresh = now - self.ttl_ms * 250_000  # a quarter of the TTL ago
+        refreshed = self._refreshed
+        for command in batch:
+            kind = command[0]
+            if kind == "append":
+                _, stream_id, first_id, events = command
+                name = stream_id.encode()
+                for offset, event in enumerate(events):
+                    add(b"a %s %d %d\n" % (name, first_id + offset, len(event)))
+                    add(event)
+                if refreshed.get(stream_id, 0) < refresh:
+                    refreshed[stream_id] = now
+                    add(b"r %s 0 0\n" % name)
+            elif kind == "open":
+                info: StreamInfo = command[1]
+                refreshed[info.stream_id] = now
+                _record(add, b"o", info.stream_id, 0, f"{info.route}\t{info.tenant}")
+            elif kind == "end":
+                _, stream_id, last, how = command
+                refreshed.pop(stream_id, None)
+                _record(add, b"e", stream_id, last, how)
+            elif kind == "gone":
+                _, stream_id, reason = command
+                refreshed.pop(stream_id, None)
+                _record(add, b"g", stream_id, 0, reason)
+            elif kind == "alias":
+                _, name_, stream_id = command
+                _record(add, b"l", name_, 0, stream_id)
+        await self._write(keys=[], args=[self.ttl_ms, b"".join(parts)])
+
+    def _down(self, exc: BaseException) -> None:
+        self._retry_at = self.clock.now_ns() + _RETRY_NS
+        self.metrics.resume_store_errors.inc()
+        if self.up:
+            self.up = False
+            self.metrics.resume_store_up.set(0)
+            self.log.error(
+                "resume store (redis) unreachable (%s); streams go on, unresumable",
+                type(exc).__name__,
+            )
+
+    def _lost(self, batch: list[tuple[Any, ...]]) -> None:
+        """The writes of ``batch`` never made it: their streams are not resumable. The marks
+        that say so wait for the next batch that gets through."""
+        for command in batch:
+            kind = command[0]
+            if kind == "gone":
+                self._pending.append(command)
+            elif kind in ("append", "open", "end"):
+                self._break(command[1].stream_id if kind == "open" else command[1], "unresumable")
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def info(self, stream_id: str) -> StreamInfo | None:
+        try:
+            async with asyncio.timeout(_COMMAND_S):
+                meta = await self._redis.hgetall(_meta(stream_id))
+        except Exception as exc:
+            self._down(exc)
+            return None
+        if not meta or b"route" not in meta:
+            return None
+        ended = meta.get(b"ended")
+        return StreamInfo(
+            stream_id,
+            meta[b"route"].decode(),
+            meta.get(b"tenant", b"").decode(),
+            None if ended is None else ended.decode(),
+        )
+
+    async def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
+        try:
+            await self._check(stream_id)
+        except StreamGone:
+            raise
+        except Exception as exc:
+            self._down(exc)
+            raise _UNREACHABLE from exc
+        yield b""
+        try:
+            async for chunk in self._read(stream_id, after, idle_ns):
+                yield chunk
+        except (StreamGone, GeneratorExit):
+            raise
+        except Exception as exc:
+            self._down(exc)
+            raise _UNREACHABLE from exc
+
+    async def _read(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
+        redis = self._redis
+        key = _events(stream_id)
+        last = after
+        idle_ms = max(1, idle_ns // 1_000_000)
+        beat_due = 0
+        while True:
+            now = self.clock.now_ns()
+            if now >= beat_due:  # the owner's grace waits while someone reads here
+                async with asyncio.timeout(_COMMAND_S):
+                    await redis.set(_reader(stream_id), b"1", px=_HEARTBEAT_MS)
+                beat_due = now + NS_PER_S
+            block = min(idle_ms, 1_000)
+            async with asyncio.timeout(_COMMAND_S + block / 1000):
+                found = await redis.xread({key: _entry_id(last)}, count=_READ_COUNT, block=block)
+            if not found:
+                await self._check(stream_id)
+                idle_ms -= block
+                if idle_ms <= 0:
+                    idle_ms = max(1, idle_ns // 1_000_000)
+                    yield None
+                continue
+            idle_ms = max(1, idle_ns // 1_000_000)
+            chunk: list[bytes] = []
+            ended = False
+            for entry_id, fields in found[0][1]:
+                number = int(entry_id.split(b"-")[1])
+                if b"x" in fields:
+                    ended = True
+                    break
+                if number != last + 1:
+                    raise StreamGone("unresumable", "events of the stream were lost")
+                chunk.append(fields[b"d"])
+                last = number
+            if chunk:
+                yield b"".join(chunk)
+            if ended:
+                return
+
+    async def _check(self, stream_id: str) -> None:
+        """:class:`StreamGone` unless the stream's events are kept."""
+        async with asyncio.timeout(_COMMAND_S):
+            meta = await self._redis.hgetall(_meta(stream_id))
+        if not meta:
+            raise StreamGone("expired", "the stream's events are no longer kept")
+        reason = meta.get(b"gone")
+        if reason is not None:
+            reason = reason.decode()
+            raise StreamGone(reason, _GONE.get(reason, "the stream's events are not kept"))
+
+    async def claim(self, key: str, claim: Claim) -> Claim | None:
+        name = f"ss:k:{key}"
+        value = f"{claim.stream_id} {claim.body}"
+        async with asyncio.timeout(_COMMAND_S):
+            if await self._redis.set(name, value, nx=True, px=self.ttl_ms):
+                return None
+            held = await self._redis.get(name)
+        if held is None:
+            return None
+        stream_id, _, body = held.decode().partition(" ")
+        return Claim(stream_id, body)
+
+    async def resolve(self, name: str) -> str | None:
+        async with asyncio.timeout(_COMMAND_S):
+            found = await self._redis.get(f"ss:a:{name}")
+        return None if found is None else str(found.decode())
+
+    async def read_elsewhere(self, stream_id: str) -> bool:
+        """Whether a reader on another process reads the stream now."""
+        try:
+            async with asyncio.timeout(_COMMAND_S):
+                return bool(await self._redis.exists(_reader(stream_id)))
+        except Exception as exc:
+            self._down(exc)
+            return False
+
+    async def cancel(self, stream_id: str) -> bool:
+        async with asyncio.timeout(_COMMAND_S):
+            receivers = await self._redis.publish(_CANCEL_CHANNEL, stream_id)
+        return bool(receivers)
+
+    async def _listen_for_cancels(self) -> None:
+        """Cancel requests that reached another process, for the streams that run here."""
+        while True:
+            try:
+                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                try:
+                    await pubsub.subscribe(_CANCEL_CHANNEL)
+                    async for message in pubsub.listen():
+                        data = message.get("data")
+                        if isinstance(data, bytes) and self.on_cancel is not None:
+                            self.on_cancel(data.decode())
+                finally:
+                    await pubsub.aclose()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        for task in (self._writer, self._listener):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (self._writer, self._listener):
+            if task is not None:
+                await asyncio.wait({task})
+        self._writer = self._listener = None
+        self._wake = None
+        await self._redis.aclose()
+
+
+# One batch of writes, run in Redis: ARGV[1] the TTL (ms), ARGV[2] the operations, each a
+# line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream event-id event, r(efresh)
+# stream, o(pen) stream 0 "route<TAB>tenant", e(nd) stream last-id how, g(one) stream 0
+# reason, l (alias) name 0 stream. (Keys are built here: one Redis, not a cluster.)
+_WRITE = """
+local ttl = tonumber(ARGV[1])
+local blob = ARGV[2]
+local pos = 1
+local size = #blob
+while pos <= size do
+  local nl = string.find(blob, '\\n', pos, true)
+  local op, s, num, len = string.match(string.sub(blob, pos, nl - 1), '^(%a) (%S+) (%d+) (%d+)$')
+  len = tonumber(len)
+  local payload = string.sub(blob, nl + 1, nl + len)
+  pos = nl + len + 1
+  local events = 'ss:' .. s .. ':e'
+  local meta = 'ss:' .. s .. ':m'
+  if op == 'a' then
+    redis.call('XADD', events, '0-' .. num, 'd', payload)
+  elseif op == 'r' then
+    redis.call('PEXPIRE', events, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  elseif op == 'o' then
+    local tab = string.find(payload, '\\t', 1, true)
+    redis.call('HSET', meta, 'route', string.sub(payload, 1, tab - 1),
+      'tenant', string.sub(payload, tab + 1))
+    redis.call('PEXPIRE', meta, ttl)
+  elseif op == 'e' then
+    redis.call('XADD', events, '0-' .. num, 'x', payload)
+    redis.call('HSET', meta, 'ended', payload)
+    redis.call('PEXPIRE', events, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  elseif op == 'g' then
+    redis.call('HSET', meta, 'gone', payload)
+    redis.call('DEL', events)
+    redis.call('PEXPIRE', meta, ttl)
+  elseif op == 'l' then
+    redis.call('SET', 'ss:a:' .. s, payload, 'PX', ttl)
+  else
+    return redis.error_reply('unknown operation ' .. tostring(op))
+  end
+end
+return size
+"""
+
+
+def _record(add: Callable[[bytes], None], op: bytes, name: str, number: int, text: str) -> None:
+    payload = text.encode()
+    add(b"%s %s %d %d\n" % (op, name.encode(), number, len(payload)))
+    add(payload)
+
+
+_UNREACHABLE = StreamGone("unresumable", "the resume store is unreachable")
+_GONE = {
+    "too_large": "the stream passed resume.max_stream_bytes; its events are not kept",
+    "unresumable": "the resume store could not keep all of its events",
+}

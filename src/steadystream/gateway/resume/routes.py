@@ -1,0 +1,304 @@
+"""The ways back into a stream (docs/gateway.md#resume).
+
+- ``GET /v1/streams/{stream_id}`` with ``Last-Event-ID: N`` (none: from the start): every
+  event after ``N``, then the live ones; ``DELETE /v1/streams/{stream_id}``: cancel now.
+- The generation ``POST`` again with the same ``Idempotency-Key`` (:func:`join`): the stream
+  in flight, not a second generation; with ``Last-Event-ID`` only what came after.
+- The Responses API's own: ``GET /v1/responses/{id}?stream=true&starting_after=N`` (``N`` a
+  ``sequence_number``) and ``POST /v1/responses/{id}/cancel``.
+
+Events that are not kept (expired, past a bound, evicted, an unknown id) get a 410 whose
+JSON error names the reason, in the route's API error shape: never a silent partial. A
+stream belongs to its tenant: another tenant's id is as unknown as a made-up one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from steadystream._api_errors import ApiError, json_response
+from steadystream.gateway.auth import gateway_key
+from steadystream.gateway.disconnect import run_until_disconnect
+from steadystream.gateway.events import KEEPALIVE
+from steadystream.gateway.requests import error_shape, new_request_id
+from steadystream.gateway.resume.hub import STREAM_ID_HEADER, StreamHub
+from steadystream.gateway.resume.log import StreamGone
+from steadystream.gateway.resume.store import StreamInfo
+from steadystream.gateway.state import GatewayState
+
+__all__ = ["LAST_EVENT_ID", "join", "last_event_id", "resume_routes", "serve_replay"]
+
+LAST_EVENT_ID = "last-event-id"
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_JOIN_WAIT_NS = 500_000_000
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+_EVENT_END = re.compile(rb"id: \d+(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
+
+
+def last_event_id(value: str | None, name: str = "Last-Event-ID") -> int:
+    """The event a reader saw last (0: none); 400 naming ``name`` when it is no number."""
+    if value is None or value == "":
+        return 0
+    value = value.strip()
+    if not value.isdigit() or len(value) > 18:
+        raise ApiError(
+            400,
+            f"{name}: {value[:40]!r} is not an event id of this gateway (a decimal number)",
+            param=name,
+        )
+    return int(value)
+
+
+def gone(error: StreamGone, stream_id: str) -> ApiError:
+    """The 410 of a stream whose events are not kept, naming why."""
+    return ApiError(
+        410,
+        f"stream {stream_id!r} cannot be resumed ({error.reason}): {error.message}",
+        code=f"stream_{error.reason}",
+    )
+
+
+def _unknown(stream_id: str) -> StreamGone:
+    return StreamGone("unknown", f"no stream {stream_id!r} is kept for this caller")
+
+
+async def _find(
+    state: GatewayState, hub: StreamHub, request: Request, stream_id: str
+) -> StreamInfo:
+    """The caller's stream ``stream_id``; 410 (unknown) when there is none of theirs."""
+    tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
+    info = await hub.info(stream_id)
+    if info is None or info.tenant != tenant.name:
+        raise gone(_unknown(stream_id), stream_id)
+    return info
+
+
+async def serve_replay(
+    state: GatewayState,
+    hub: StreamHub,
+    info: StreamInfo,
+    after: int,
+    how: str,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    after_sequence: int | None = None,
+) -> None:
+    """Send stream ``info``'s events after event ``after`` (or, for the Responses API,
+    after ``sequence_number`` ``after_sequence``), then the live ones, until it ends."""
+    shape = error_shape("/v1/messages" if info.route == "messages" else "/v1")
+    limits = state.config.limits
+    stream_id = info.stream_id
+    try:
+        events = hub.store_of(stream_id).follow(stream_id, after, limits.keepalive_interval)
+        ready = await anext(events, None)  # b"": found, and the events after ``after`` kept
+    except StreamGone as exc:
+        await gone(exc, stream_id).response(shape=shape)(scope, receive, send)
+        return
+    except ApiError as exc:
+        await exc.response(shape=shape)(scope, receive, send)
+        return
+    assert ready == b"" or ready is None
+    live = hub.live.get(stream_id)
+    if live is not None:
+        live.reader_came()
+    state.metrics.resumes.labels(info.route, how).inc()
+    done = False
+
+    def answered() -> bool:
+        return done
+
+    async def work() -> None:
+        nonlocal done
+        headers = [
+            *_SSE_HEADERS,
+            (b"x-request-id", new_request_id().encode()),
+            (STREAM_ID_HEADER.lower().encode(), stream_id.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        replayed = True  # the first events are the ones kept before the reader came
+        skip = after_sequence
+        try:
+            async for chunk in events:
+                if chunk is None:
+                    body = KEEPALIVE
+                    replayed = False
+                else:
+                    if skip is not None:
+                        chunk = _after_sequence(chunk, skip)
+                    if replayed:
+                        state.metrics.resume_events_replayed.labels(info.route).inc(
+                            chunk.count(b"\nid: ")
+                        )
+                        replayed = False
+                    body = chunk
+                if body:
+                    async with asyncio.timeout(limits.stuck_timeout / 1e9):
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+        except StreamGone as exc:  # dropped while it was read: say so, in the stream
+            body = _in_band_gone(exc, info.route)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        done = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    try:
+        await run_until_disconnect(work(), receive, state.clock, answered=answered)
+    except TimeoutError:
+        state.log.info("stream %s: a resumed reader read nothing; cut", stream_id)
+    finally:
+        await _close(events)
+        if live is not None and not live.reader_left() and live.running:
+            live.stop()
+
+
+async def _close(events: AsyncIterator[bytes | None]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _after_sequence(chunk: bytes, sequence: int) -> bytes:
+    """The events of ``chunk`` whose ``sequence_number`` is above ``sequence``."""
+    kept: list[bytes] = []
+    start = 0
+    for match in _EVENT_END.finditer(chunk):
+        event = chunk[start : match.end()]
+        start = match.end()
+        found = _SEQUENCE.search(event)
+        if found is None or int(found[1]) > sequence:
+            kept.append(event)
+    return b"".join(kept)
+
+
+def _in_band_gone(error: StreamGone, route: str) -> bytes:
+    """A reader cut off mid-replay learns why in an SSE error event it reads."""
+    message = f"the stream cannot be resumed further ({error.reason}): {error.message}"
+    if route == "messages":
+        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+    payload = {"error": {"message": message, "type": "server_error", "code": error.reason}}
+    return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def join(
+    state: GatewayState,
+    hub: StreamHub,
+    stream_id: str,
+    request: Request,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """A repeated ``POST`` (same ``Idempotency-Key``) joins its stream in flight.
+
+    The key is bound before the stream's first write reaches a shared store (the writes go
+    in batches): a stream the key names but the store does not know yet is looked for again,
+    for up to half a second."""
+    clock = state.clock
+    deadline = clock.now_ns() + _JOIN_WAIT_NS
+    while (info := await hub.info(stream_id)) is None and clock.now_ns() < deadline:
+        await clock.sleep_until(clock.now_ns() + _JOIN_WAIT_NS // 10)
+    after = last_event_id(request.headers.get(LAST_EVENT_ID))
+    if info is None:
+        shape = error_shape(request.url.path)
+        await gone(_unknown(stream_id), stream_id).response(shape=shape)(scope, receive, send)
+        return
+    await serve_replay(state, hub, info, after, "idempotency", scope, receive, send)
+
+
+class _Streams:
+    """``GET`` and ``DELETE /v1/streams/{stream_id}``."""
+
+    def __init__(self, state: GatewayState, hub: StreamHub) -> None:
+        self.state = state
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        stream_id = request.path_params["stream_id"]
+        try:
+            info = await _find(self.state, self.hub, request, stream_id)
+            if request.method == "DELETE":
+                response = await _cancel(self.hub, info)
+            else:
+                after = last_event_id(request.headers.get(LAST_EVENT_ID))
+                await serve_replay(
+                    self.state, self.hub, info, after, "stream", scope, receive, send
+                )
+                return
+        except ApiError as exc:
+            response = exc.response()
+        await response(scope, receive, send)
+
+
+class _Responses:
+    """``GET /v1/responses/{id}?stream=true&starting_after=N`` and ``POST .../cancel``."""
+
+    def __init__(self, state: GatewayState, hub: StreamHub) -> None:
+        self.state = state
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        response_id = request.path_params["response_id"]
+        try:
+            stream_id = await self.hub.stream_of_response(response_id)
+            if stream_id is None:
+                raise gone(_unknown(response_id), response_id)
+            info = await _find(self.state, self.hub, request, stream_id)
+            if request.method == "POST":
+                response = await _cancel(self.hub, info)
+            else:
+                if request.query_params.get("stream") != "true":
+                    raise ApiError(
+                        400,
+                        "stream: the gateway serves a response again only as its stream"
+                        " (stream=true)",
+                        param="stream",
+                    )
+                sequence = request.query_params.get("starting_after")
+                after_sequence = None
+                if sequence is not None:
+                    after_sequence = last_event_id(sequence, "starting_after")
+                await serve_replay(
+                    self.state, self.hub, info, 0, "responses", scope, receive, send,
+                    after_sequence=after_sequence,
+                )  # fmt: skip
+                return
+        except ApiError as exc:
+            response = exc.response()
+        await response(scope, receive, send)
+
+
+async def _cancel(hub: StreamHub, info: StreamInfo) -> Response:
+    stream_id = info.stream_id
+    live = hub.live.get(stream_id)
+    if live is not None:
+        cancelled = live.stop()
+    else:
+        cancelled = info.ended is None and await hub.cancel_elsewhere(stream_id)
+    return json_response({"id": stream_id, "object": "stream", "cancelled": cancelled})
+
+
+def resume_routes(state: GatewayState, hub: StreamHub) -> list[Route]:
+    """The routes above, for the gateway's app."""
+    streams = _Streams(state, hub)
+    responses = _Responses(state, hub)
+    return [
+        Route("/v1/streams/{stream_id}", streams, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}", responses, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", responses, methods=["POST"]),
+    ]

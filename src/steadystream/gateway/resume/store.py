@@ -1,0 +1,201 @@
+"""Where streams' events are kept for readers who come back: the protocol, and memory's.
+
+Two stores keep the same things (docs/gateway.md#resume):
+
+- :class:`MemoryStore`: this process's streams, always there. Bounded: ``resume.max_streams``
+  streams (past it, the longest ended go first; with every kept stream still running, a new
+  stream is not kept), ``resume.max_stream_bytes`` each, ``resume.ttl`` after the end.
+- :class:`~steadystream.gateway.resume.redis.RedisStore` (``resume.store: redis://...``): the
+  same streams shared by every worker and replica, written in batches off the relay's path.
+
+What both offer is :class:`EventStore`; the relay's side of a stream (ids, tee) is in
+:mod:`steadystream.gateway.resume.hub`. Idempotency keys are kept beside the streams, as the
+digest of (tenant, path, key) and the digest of the request body they were first sent with.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import NamedTuple, Protocol
+
+from steadystream._clock import Clock
+from steadystream.gateway.resume.log import StreamGone, StreamLog, follow
+
+__all__ = ["Claim", "EventStore", "MemoryStore", "StreamInfo"]
+
+
+class StreamInfo(NamedTuple):
+    """What a resume needs to know of a stream before reading it."""
+
+    stream_id: str
+    route: str
+    tenant: str
+    ended: str | None = None  # how it ended; None while it runs
+
+
+class Claim(NamedTuple):
+    """An idempotency key's stream, and the digest of the body it was first sent with."""
+
+    stream_id: str
+    body: str
+
+
+class EventStore(Protocol):
+    """A store of streams' events (see the module docstring)."""
+
+    def opened(self, info: StreamInfo) -> object:
+        """A stream starts; its events follow (:meth:`append`)."""
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
+        """Events ``first_id``, ``first_id + 1``, ...; never waits (a store batches)."""
+
+    def ended(self, stream_id: str, how: str) -> None:
+        """The stream is over; its events are kept ``resume.ttl`` more."""
+
+    async def info(self, stream_id: str) -> StreamInfo | None:
+        """The stream, or None when the store has no such stream (any more)."""
+
+    def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
+        """Events after ``after``, then live ones, until the end (None: ``idle_ns`` with
+        nothing); :class:`StreamGone` when they are not all kept."""
+
+    async def claim(self, key: str, claim: Claim) -> Claim | None:
+        """Bind an idempotency key to ``claim`` unless it is bound: None (bound now), or the
+        claim it had."""
+
+    def alias(self, name: str, stream_id: str) -> None:
+        """Another name of the stream (a Responses API response's id)."""
+
+    async def resolve(self, name: str) -> str | None:
+        """The stream an :meth:`alias` names, or None."""
+
+    async def cancel(self, stream_id: str) -> bool:
+        """Ask the process that runs the stream to cancel it; whether one was asked."""
+
+    async def read_elsewhere(self, stream_id: str) -> bool:
+        """Whether a reader on another process reads the stream now."""
+
+    async def close(self) -> None:
+        """Let go of what the store holds open (connections, its writer)."""
+
+
+class MemoryStore:
+    """This process's streams (see the module docstring)."""
+
+    def __init__(
+        self, clock: Clock, *, max_streams: int, max_stream_bytes: int, ttl_ns: int
+    ) -> None:
+        self.clock = clock
+        self.max_streams = max_streams
+        self.max_stream_bytes = max_stream_bytes
+        self.ttl_ns = ttl_ns
+        self._streams: OrderedDict[str, tuple[StreamInfo, StreamLog]] = OrderedDict()
+        self._ended: OrderedDict[str, int] = OrderedDict()  # in the order they ended
+        self._claims: dict[str, tuple[Claim, str]] = {}  # key -> (claim, its stream)
+        self._claims_of: dict[str, list[str]] = {}
+        self._aliases: dict[str, str] = {}
+        self._aliases_of: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def opened(self, info: StreamInfo) -> StreamLog:
+        """(Also gives the stream's log, for its tee to write to directly.)"""
+        self.sweep()
+        log = StreamLog(self.max_stream_bytes)
+        if len(self._streams) >= self.max_streams:
+            if self._ended:
+                oldest = next(iter(self._ended))
+                self._forget(oldest)
+            else:  # every kept stream still runs: this one is not kept
+                log.drop(
+                    StreamGone(
+                        "evicted",
+                        f"resume.max_streams ({self.max_streams}) streams were kept when it"
+                        " started; its events are not kept",
+                    )
+                )
+        self._streams[info.stream_id] = (info, log)
+        return log
+
+    def log(self, stream_id: str) -> StreamLog | None:
+        found = self._streams.get(stream_id)
+        return None if found is None else found[1]
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
+        found = self._streams.get(stream_id)
+        if found is not None:
+            found[1].add(events, sum(map(len, events)))
+
+    def ended(self, stream_id: str, how: str) -> None:
+        found = self._streams.get(stream_id)
+        if found is None:
+            return
+        info, log = found
+        now = self.clock.now_ns()
+        log.end(how, now)
+        self._streams[stream_id] = (info._replace(ended=how), log)
+        self._ended[stream_id] = now
+
+    async def info(self, stream_id: str) -> StreamInfo | None:
+        self.sweep()
+        found = self._streams.get(stream_id)
+        return None if found is None else found[0]
+
+    def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
+        found = self._streams.get(stream_id)
+        if found is None:
+            raise StreamGone("unknown", f"no stream {stream_id!r} is kept")
+        return follow(found[1], after, self.clock, idle_ns)
+
+    async def claim(self, key: str, claim: Claim) -> Claim | None:
+        self.sweep()
+        held = self._claims.get(key)
+        if held is not None:
+            return held[0]
+        self._claims[key] = (claim, claim.stream_id)
+        self._claims_of.setdefault(claim.stream_id, []).append(key)
+        return None
+
+    def alias(self, name: str, stream_id: str) -> None:
+        if stream_id in self._streams and stream_id not in self._aliases_of:
+            self._aliases[name] = stream_id
+            self._aliases_of[stream_id] = name
+
+    async def resolve(self, name: str) -> str | None:
+        self.sweep()
+        return self._aliases.get(name)
+
+    async def cancel(self, stream_id: str) -> bool:
+        return False  # (a stream of this process is cancelled through its hub)
+
+    async def read_elsewhere(self, stream_id: str) -> bool:
+        return False
+
+    async def close(self) -> None:
+        return None
+
+    def sweep(self) -> None:
+        """Forget the streams that ended more than ``ttl`` ago."""
+        expired = self.clock.now_ns() - self.ttl_ns
+        while self._ended:
+            stream_id, ended_ns = next(iter(self._ended.items()))
+            if ended_ns > expired:
+                break
+            self._forget(stream_id)
+
+    def forget(self, stream_id: str) -> None:
+        """Let go of a stream and its idempotency keys now."""
+        self._forget(stream_id)
+
+    def _forget(self, stream_id: str) -> None:
+        self._ended.pop(stream_id, None)
+        found = self._streams.pop(stream_id, None)
+        if found is not None:
+            found[1].drop(StreamGone("expired", "the stream's events are no longer kept"))
+        for key in self._claims_of.pop(stream_id, ()):
+            self._claims.pop(key, None)
+        name = self._aliases_of.pop(stream_id, None)
+        if name is not None:
+            self._aliases.pop(name, None)

@@ -1,0 +1,317 @@
+"""The edge to the OpenTelemetry SDK: finished streams in, OTLP out.
+
+Only this module imports OpenTelemetry, and only :func:`steadystream.otel.open_exporter`
+imports it, when telemetry is on. Its providers are its own (never the global ones the SDK
+offers: an app that embeds the gateway keeps its own).
+
+Nothing here runs on the relay's path. A stream is handed over once, when it has ended
+(:meth:`OtelExporter.export_stream`): its span is made with the times it had, and its
+observations are recorded; the SDK's :class:`BatchSpanProcessor` sends spans from its own
+thread, and its :class:`PeriodicExportingMetricReader` the metrics, every
+``metrics_interval_ms``. Spans waiting for export are bounded by ``max_queue_spans``: one
+more is dropped and counted (:attr:`OtelExporter.dropped_spans`), as is every span of a batch
+the collector did not take (it was down, or refused it), so a collector that is away costs a
+bounded memory and a counter, never a wait.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
+
+from steadystream.__about__ import __version__
+from steadystream.otel.conventions import METRICS
+from steadystream.otel.settings import OtelSettings
+from steadystream.otel.streams import StreamMeasures, StreamSpan
+from steadystream.otel.traceparent import TraceContext, begin_trace
+
+__all__ = ["OtelExporter"]
+
+_SCOPE = "steadystream"
+
+
+class OtelExporter:
+    """Spans and GenAI metrics of finished streams, to an OTLP collector.
+
+    ``span_exporter`` and ``metric_reader`` replace the OTLP ones (tests pass the SDK's
+    in-memory exporter and reader); by default they are built from ``settings``.
+    """
+
+    def __init__(
+        self,
+        settings: OtelSettings,
+        *,
+        span_exporter: SpanExporter | None = None,
+        metric_reader: MetricReader | None = None,
+    ) -> None:
+        self.settings = settings
+        resource = Resource.create({**settings.resource, "service.name": settings.service_name})
+        self._ids = _ChosenIds()
+        self._lock = threading.Lock()
+        if span_exporter is None and not settings.traces:
+            span_exporter = _Unsent()
+        self._counted = _CountingExporter(span_exporter or _otlp_spans(settings))
+        self.dropped_spans = 0  # queue full (spans past max_queue_spans waiting)
+        self._handed = 0
+        self.tracer_provider = TracerProvider(resource=resource, id_generator=self._ids)
+        self.tracer_provider.add_span_processor(
+            BatchSpanProcessor(
+                self._counted,
+                max_queue_size=settings.max_queue_spans,
+                schedule_delay_millis=settings.span_delay_ms,
+                max_export_batch_size=min(512, settings.max_queue_spans),
+            )
+        )
+        self._tracer = self.tracer_provider.get_tracer(_SCOPE, __version__)
+        readers = [metric_reader] if metric_reader is not None else []
+        if metric_reader is None and settings.metrics:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    _otlp_metrics(settings), export_interval_millis=settings.metrics_interval_ms
+                )
+            )
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter = self.meter_provider.get_meter(_SCOPE, __version__)
+        self._histograms = {
+            name: meter.create_histogram(
+                name, spec.unit, spec.description, explicit_bucket_boundaries_advisory=spec.buckets
+            )
+            for name, spec in METRICS.items()
+            if spec.kind == "histogram"
+        }
+        self._counters = {
+            name: meter.create_counter(name, spec.unit, spec.description)
+            for name, spec in METRICS.items()
+            if spec.kind == "counter"
+        }
+        meter.create_observable_counter(
+            "steadystream.otel.dropped_spans",
+            [self._observe_dropped],
+            "{span}",
+            "Spans not exported: the queue was full, or the collector did not take them.",
+        )
+
+    # -- the request's start ------------------------------------------------------------------
+
+    def begin(self, traceparent: str | None, tracestate: str | None = None) -> TraceContext:
+        """The ids of a request's span, chosen as it arrives: the upstream request carries
+        them (``TraceContext.headers``) long before the span is made. The tracer's sampler
+        decides, with the client's span as the parent, whether it is sampled."""
+        trace = begin_trace(traceparent, tracestate)
+        decision = self.tracer_provider.sampler.should_sample(
+            _parent(trace), trace.trace_id, "", SpanKind.CLIENT
+        )
+        return replace(trace, sampled=decision.decision is Decision.RECORD_AND_SAMPLE)
+
+    # -- the stream's end ---------------------------------------------------------------------
+
+    def export_stream(
+        self, span: StreamSpan, measures: StreamMeasures, trace: TraceContext | None = None
+    ) -> None:
+        """Make the stream's span and record its observations; never waits for the network."""
+        self._record(measures)
+        with self._lock:
+            if self._handed - self._counted.settled >= self.settings.max_queue_spans:
+                self.dropped_spans += 1
+                return
+            if trace is not None:
+                self._ids.choose(trace.trace_id, trace.span_id)
+            try:
+                made = self._tracer.start_span(
+                    span.name,
+                    context=_parent(trace),
+                    kind=SpanKind.CLIENT,
+                    attributes=span.attributes,
+                    start_time=span.start_unix_ns,
+                )
+            finally:
+                self._ids.choose(None, None)
+            if made.get_span_context().trace_flags.sampled:
+                self._handed += 1
+        for event in span.events:
+            made.add_event(event.name, event.attributes, timestamp=event.unix_ns)
+        if span.error_type is not None:
+            made.set_status(Status(StatusCode.ERROR))
+        made.end(end_time=span.end_unix_ns)
+
+    def drop(self) -> None:
+        """Count a span dropped before it was made (a full queue ahead of the SDK)."""
+        with self._lock:
+            self.dropped_spans += 1
+
+    @property
+    def lost_spans(self) -> int:
+        """Spans that did not reach the collector: dropped here, or in a failed export."""
+        return self.dropped_spans + self._counted.failed
+
+    def flush(self, timeout_ms: int = 10_000) -> bool:
+        """Export what is waiting now (spans and metrics); whether it all went out in time."""
+        spans = self.tracer_provider.force_flush(timeout_ms)
+        metrics = self.meter_provider.force_flush(timeout_ms)
+        return spans and metrics
+
+    def shutdown(self) -> None:
+        """Export what is left and stop the exporters' threads (blocks: call it off the loop)."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    def _record(self, measures: StreamMeasures) -> None:
+        histograms, counters = self._histograms, self._counters
+        common = measures.attributes
+        failed = common if measures.error_type is None else {
+            **common, "error.type": measures.error_type
+        }  # fmt: skip
+        histograms["gen_ai.client.operation.duration"].record(measures.duration_s, failed)
+        for kind, tokens in (("input", measures.input_tokens), ("output", measures.output_tokens)):
+            if tokens is not None:
+                histograms["gen_ai.client.token.usage"].record(
+                    tokens, {**common, "gen_ai.token.type": kind}
+                )
+        counters["steadystream.streams"].add(
+            1, {**common, "steadystream.outcome": measures.outcome}
+        )
+        if not measures.streaming:
+            return
+        _observe(histograms["gen_ai.client.operation.time_to_first_chunk"],
+                 measures.time_to_first_chunk_s, common)  # fmt: skip
+        per_chunk = histograms["gen_ai.client.operation.time_per_output_chunk"]
+        for gap in measures.chunk_gaps_s.tolist():
+            per_chunk.record(gap, common)
+        _observe(histograms["gen_ai.server.time_to_first_token"], measures.server_ttft_s, common)
+        _observe(histograms["gen_ai.server.time_per_output_token"], measures.server_tpot_s, common)
+        _observe(histograms["steadystream.stream.worst_gap"], measures.worst_gap_s, common)
+        _observe(histograms["steadystream.stream.p99_gap"], measures.p99_gap_s, common)
+        if measures.stalls:
+            counters["steadystream.stream.stalls"].add(measures.stalls, common)
+
+    def _observe_dropped(self, options: CallbackOptions) -> Sequence[Observation]:
+        return [Observation(self.lost_spans)]
+
+
+def _observe(histogram: Any, value: float | None, attributes: dict[str, Any]) -> None:
+    if value is not None:
+        histogram.record(value, attributes)
+
+
+def _parent(trace: TraceContext | None) -> Context | None:
+    """The client's span as a remote parent, when there was one."""
+    if trace is None or trace.parent_span_id is None:
+        return None
+    state = TraceState.from_header([trace.tracestate]) if trace.tracestate else None
+    remote = SpanContext(
+        trace.trace_id,
+        trace.parent_span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED if trace.parent_sampled else 0),
+        trace_state=state,
+    )
+    return set_span_in_context(NonRecordingSpan(remote))
+
+
+class _ChosenIds(IdGenerator):
+    """Random ids, except the next span's when they were chosen in advance
+    (:meth:`OtelExporter.begin`): the tracer asks for them as it starts the span."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._trace: int | None = None
+        self._span: int | None = None
+
+    def choose(self, trace_id: int | None, span_id: int | None) -> None:
+        self._trace, self._span = trace_id, span_id
+
+    def generate_span_id(self) -> int:
+        return self._span if self._span is not None else self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        return self._trace if self._trace is not None else self._random.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        return True  # chosen by traceparent.begin_trace from 128 random bits, or the client's
+
+
+class _CountingExporter(SpanExporter):
+    """The real exporter, counting what it settled (sent or lost): the span bound's other side."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.settled = 0
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception:  # an exporter that raises loses its batch as one that fails
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self.failed += len(spans)
+        self.settled += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _Unsent(SpanExporter):
+    """``OTEL_TRACES_EXPORTER=none``: spans are made (the metrics need nothing of them) and
+    let go."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def _otlp_spans(settings: OtelSettings) -> SpanExporter:
+    endpoint, headers = settings.signal_endpoint("traces"), dict(settings.headers)
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint, headers=_grpc_headers(headers))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    return HttpSpanExporter(endpoint=endpoint, headers=headers)
+
+
+def _otlp_metrics(settings: OtelSettings) -> Any:
+    endpoint, headers = settings.signal_endpoint("metrics"), dict(settings.headers)
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint, headers=_grpc_headers(headers))
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter(endpoint=endpoint, headers=headers)
+
+
+def _grpc_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}  # gRPC metadata keys

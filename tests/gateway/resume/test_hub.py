@@ -1,0 +1,176 @@
+"""The memory store and the hub, in simulated time: replay, bounds, TTL, grace, the tax."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from steadystream._clock import NS_PER_S, FakeClock
+from steadystream.gateway.config import ResumeConfig
+from steadystream.gateway.export import GatewayMetrics
+from steadystream.gateway.resume.hub import StreamHub
+from steadystream.gateway.resume.log import StreamGone
+from steadystream.gateway.resume.store import Claim, StreamInfo
+
+
+def event(text: str = "x") -> bytes:
+    return b"data: %s\n\n" % text.encode()
+
+
+def hub_of(clock: FakeClock, **config: object) -> tuple[StreamHub, GatewayMetrics]:
+    metrics = GatewayMetrics(CollectorRegistry())
+    return StreamHub(ResumeConfig.model_validate(config), clock, metrics), metrics
+
+
+def sample(metrics: GatewayMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def take(events: AsyncIterator[bytes | None], count: int) -> list[bytes | None]:
+    return [await anext(events) for _ in range(count)]
+
+
+@pytest.mark.asyncio
+async def test_a_reader_gets_every_event_after_its_last_then_the_live_ones() -> None:
+    clock = FakeClock()
+    hub, _ = hub_of(clock)
+    live = hub.open("chat", "t")
+    live.tee.stamp(event("a") + event("b") + event("c"))
+    follow = hub.store_of(live.stream_id).follow(live.stream_id, 1, 10 * NS_PER_S)
+    assert await take(follow, 2) == [b"", b"data: b\nid: 2\n\ndata: c\nid: 3\n\n"]
+    waiting = asyncio.ensure_future(anext(follow))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    live.tee.stamp(event("d"))
+    assert await waiting == b"data: d\nid: 4\n\n"
+    live.ended("complete")
+    with pytest.raises(StopAsyncIteration):
+        await anext(follow)
+
+
+@pytest.mark.asyncio
+async def test_a_reader_waiting_with_nothing_new_is_told_each_idle_interval() -> None:
+    clock = FakeClock()
+    hub, _ = hub_of(clock)
+    live = hub.open("chat", "t")
+    follow = hub.local.follow(live.stream_id, 0, 2 * NS_PER_S)
+    assert await anext(follow) == b""
+    waiting = asyncio.ensure_future(anext(follow))
+    await clock.advance(NS_PER_S)
+    assert not waiting.done()
+    await clock.advance(NS_PER_S)
+    assert await waiting is None  # the caller sends a keepalive
+    await follow.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_stream_past_its_bound_is_gone_for_resumes_not_cut_short() -> None:
+    clock = FakeClock()
+    hub, _ = hub_of(clock, max_stream_bytes=1024)
+    live = hub.open("chat", "t")
+    sent = live.tee.stamp(event("y" * 2000))
+    assert sent.endswith(b"id: 1\n\n")  # the client still gets it, numbered
+    follow = hub.local.follow(live.stream_id, 0, NS_PER_S)
+    with pytest.raises(StreamGone) as gone:
+        await anext(follow)
+    assert gone.value.reason == "too_large"
+    assert "resume.max_stream_bytes" in gone.value.message
+
+
+@pytest.mark.asyncio
+async def test_ended_streams_are_kept_for_the_ttl_then_forgotten() -> None:
+    clock = FakeClock()
+    hub, _ = hub_of(clock, ttl="10s")
+    live = hub.open("chat", "t")
+    live.tee.stamp(event())
+    live.ended("complete")
+    await clock.advance(9 * NS_PER_S)
+    assert await hub.info(live.stream_id) == StreamInfo(live.stream_id, "chat", "t", "complete")
+    await clock.advance(2 * NS_PER_S)
+    assert await hub.info(live.stream_id) is None
+
+
+@pytest.mark.asyncio
+async def test_past_max_streams_the_longest_ended_goes_first_and_live_ones_stay() -> None:
+    clock = FakeClock()
+    hub, _ = hub_of(clock, max_streams=2)
+    first, second = hub.open("chat", "t"), hub.open("chat", "t")
+    first.ended("complete")
+    third = hub.open("chat", "t")  # the ended one makes room
+    assert await hub.info(first.stream_id) is None
+    fourth = hub.open("chat", "t")  # both kept ones run: this one is not kept
+    assert await hub.info(second.stream_id) is not None
+    assert await hub.info(third.stream_id) is not None
+    with pytest.raises(StreamGone) as gone:
+        await anext(hub.local.follow(fourth.stream_id, 0, NS_PER_S))
+    assert gone.value.reason == "evicted"
+
+
+@pytest.mark.asyncio
+async def test_with_no_reader_the_generation_runs_for_the_grace_then_is_cancelled() -> None:
+    clock = FakeClock()
+    hub, metrics = hub_of(clock, grace="30s")
+    live = hub.open("chat", "t")
+    cancelled: list[int] = []
+    tokens = [10]
+    live.cancel = lambda: cancelled.append(clock.now_ns())
+    live.tokens = lambda: tokens[0]
+    assert live.reader_left()  # goes on without its reader
+    tokens[0] = 25
+    await clock.advance(29 * NS_PER_S)
+    assert cancelled == []
+    await clock.advance(NS_PER_S)
+    assert cancelled == [30 * NS_PER_S]
+    live.ended("cancelled")
+    assert sample(metrics, "steadystream_resume_grace_expiries_total", route="chat") == 1
+    assert sample(metrics, "steadystream_tokens_without_reader_total", route="chat") == 15
+
+
+@pytest.mark.asyncio
+async def test_a_reader_back_within_the_grace_keeps_the_generation() -> None:
+    clock = FakeClock()
+    hub, metrics = hub_of(clock, grace="30s")
+    live = hub.open("chat", "t")
+    cancelled: list[int] = []
+    tokens = [0]
+    live.cancel = lambda: cancelled.append(clock.now_ns())
+    live.tokens = lambda: tokens[0]
+    live.reader_left()
+    tokens[0] = 7
+    await clock.advance(20 * NS_PER_S)
+    live.reader_came()
+    await clock.advance(60 * NS_PER_S)
+    assert cancelled == []
+    assert sample(metrics, "steadystream_tokens_without_reader_total", route="chat") == 7
+    assert sample(metrics, "steadystream_resume_grace_expiries_total", route="chat") == 0
+
+
+def test_no_grace_means_cancel_at_once() -> None:
+    hub, _ = hub_of(FakeClock(), grace=0)
+    assert not hub.open("chat", "t").reader_left()
+
+
+@pytest.mark.asyncio
+async def test_an_idempotency_key_is_bound_once() -> None:
+    hub, _ = hub_of(FakeClock())
+    assert await hub.claim("k", Claim("strm_a", "body1")) is None
+    assert await hub.claim("k", Claim("strm_b", "body2")) == Claim("strm_a", "body1")
+
+
+@pytest.mark.asyncio
+async def test_a_responses_stream_is_found_by_its_response_id() -> None:
+    hub, _ = hub_of(FakeClock())
+    live = hub.open("responses", "t")
+    created = b'{"type":"response.created","sequence_number":0,"response":{"id":"resp_1"}}'
+    live.tee.stamp(b"event: response.created\ndata: " + created + b"\n\n")
+    assert await hub.stream_of_response("resp_1") == live.stream_id
+    assert live.tee.watch is None  # found: no more looking
+
+
+def test_a_bad_store_is_refused_naming_the_key() -> None:
+    with pytest.raises(ValueError, match="redis://"):
+        ResumeConfig.model_validate({"store": "postgres://x"})

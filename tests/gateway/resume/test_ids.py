@@ -1,0 +1,51 @@
+"""Every event the gateway sends gets its ``id:`` (gateway/resume/ids.py)."""
+
+from __future__ import annotations
+
+from steadystream.gateway.resume.ids import stamp_events
+from steadystream.protocol import SseEvent, new_decoder
+
+
+def test_each_event_gets_the_next_id_as_its_last_field() -> None:
+    data = b'data: {"a":1}\n\nevent: ping\ndata: {}\n\ndata: [DONE]\n\n'
+    stamped, events = stamp_events(data, 7)
+    assert stamped == (
+        b'data: {"a":1}\nid: 7\n\nevent: ping\ndata: {}\nid: 8\n\ndata: [DONE]\nid: 9\n\n'
+    )
+    assert events == [
+        b'data: {"a":1}\nid: 7\n\n',
+        b"event: ping\ndata: {}\nid: 8\n\n",
+        b"data: [DONE]\nid: 9\n\n",
+    ]
+
+
+def test_an_id_the_upstream_wrote_is_overridden_by_ours() -> None:
+    stamped, _ = stamp_events(b"id: upstream-9\ndata: x\n\n", 1)
+    items = new_decoder().feed(stamped)
+    assert [(i.data, i.id) for i in items if isinstance(i, SseEvent)] == [("x", "1")]
+
+
+def test_every_line_ending_sse_allows_is_understood() -> None:
+    data = b"data: a\r\n\r\ndata: b\r\rdata: c\n\n"
+    stamped, events = stamp_events(data, 1)
+    assert len(events) == 3
+    items = [i for i in new_decoder().feed(stamped) if isinstance(i, SseEvent)]
+    assert [(i.data, i.id) for i in items] == [("a", "1"), ("b", "2"), ("c", "3")]
+
+
+def test_comments_pass_without_an_id_and_are_not_kept() -> None:
+    data = b": keepalive\n\ndata: x\n\n: one\n: two\n\n"
+    stamped, events = stamp_events(data, 1)
+    assert stamped == b": keepalive\n\ndata: x\nid: 1\n\n: one\n: two\n\n"
+    assert events == [b"data: x\nid: 1\n\n"]
+
+
+def test_a_comment_before_a_field_is_an_event() -> None:
+    _, events = stamp_events(b": note\ndata: x\n\n", 4)
+    assert events == [b": note\ndata: x\nid: 4\n\n"]
+
+
+def test_a_read_of_one_event_or_one_comment() -> None:
+    assert stamp_events(b"data: a\n\n", 3) == (b"data: a\nid: 3\n\n", [b"data: a\nid: 3\n\n"])
+    assert stamp_events(b": keepalive\n\n", 3) == (b": keepalive\n\n", [])
+    assert stamp_events(b"data: a\r\n\r\n", 3)[1] == [b"data: a\r\nid: 3\n\r\n"]
