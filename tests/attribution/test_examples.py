@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import orjson
@@ -10,21 +12,62 @@ import pytest
 from typer.testing import CliRunner
 
 from steadystream import Event, EventKind, Timeline, TokenSource, Where
-from steadystream.attribution import explain
+from steadystream.attribution import explain, score
 from steadystream.cli import _register, app
-from steadystream.files import read_timelines, write_jsonl
+from steadystream.files import read_timelines, write_jsonl, write_timelines
 from steadystream.findings import PER_GAP_FIGURES, find, is_rechunked
 from steadystream.lab.truth import RequestTruth
 from steadystream.metrics import MetricConfig, fleet_metrics, stream_table
 from steadystream.replay import parse_injection
 from steadystream.replay.server import ReplayServer
+from steadystream.report import build_report
 from steadystream.report.cards import headline_cards
 
 _register()
 runner = CliRunner()
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample-run.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SAMPLE = EXAMPLES / "sample-run.jsonl"
+SAMPLE_TRUTH = EXAMPLES / "sample-run.truth.jsonl"
 MS = 1_000_000
+
+
+def sample_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "make_sample_run", EXAMPLES / "make_sample_run.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sample_and_its_truth_are_what_the_script_makes(tmp_path: Path) -> None:
+    """Byte for byte: the run the README and the docs quote, and what was put into it."""
+    script = sample_script()
+    write_timelines(tmp_path / "run.jsonl", script.sample_run())
+    write_timelines(tmp_path / "truth.jsonl", script.sample_truth())
+    assert (tmp_path / "run.jsonl").read_bytes() == SAMPLE.read_bytes()
+    assert (tmp_path / "truth.jsonl").read_bytes() == SAMPLE_TRUTH.read_bytes()
+
+
+def test_the_sample_run_is_explained_as_its_script_made_it() -> None:
+    """make_sample_run.py says what it put in (a preemption mid-answer, a held head); explain
+    gives at least 90 % of the stall time, by overlap of time, to those causes."""
+    done = explain(read_timelines(SAMPLE).timelines)
+    truth = read_timelines(SAMPLE_TRUTH).timelines
+    assert {t.where for t in truth} == {Where.LAB}
+    scored = score(done, truth)
+    assert scored.unmatched == 0
+    assert scored.no_cause_s == 0  # every stall is one the script made
+    assert scored.share_right is not None
+    assert scored.share_right >= 0.9
+    assert scored.true_causes == ["kv-preemption", "head-burst"]
+    paused = [s for s in done.stalls if s.stream_id.startswith("paused-")]
+    assert len(paused) == 6
+    assert {s.cause for s in paused} == {"kv-preemption"}
+    assert all(s.text_index == 100 for s in paused)  # where the script preempted them
 
 
 def test_the_sample_runs_head_burst_is_a_head_burst() -> None:
@@ -92,6 +135,17 @@ def test_findings_that_read_a_pacers_pieces_are_not_made_on_a_rechunked_run() ->
     assert "not read as the server's" in cut.message
     # every finding names the figure it rests on
     assert all(f.figure for f in [*findings, *said.values()])
+
+
+def test_the_chunks_chart_does_not_tell_a_paced_run_to_get_a_pacer() -> None:
+    def reading(run: list[Timeline]) -> str:
+        (chart,) = [c for c in build_report(run).charts if c.id == "chunks"]
+        return chart.how_to_read
+
+    assert "a re-chunking pacer coalesces them" in reading(paced_run(TokenSource.EXACT))
+    paced = reading(paced_run(TokenSource.USAGE_SHARED))
+    assert "coalesces them" not in paced
+    assert "not the server's" in paced
 
 
 def test_cards_do_not_compare_per_gap_figures_across_a_rechunker() -> None:

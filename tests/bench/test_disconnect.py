@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from steadystream._exceptions import SpecError
 from steadystream._types import EventKind, Outcome
@@ -14,10 +18,15 @@ from steadystream.bench.disconnect import (
     resume_headers,
     resume_path,
 )
+from steadystream.cli import _register, app
+from steadystream.files import write_jsonl
 from steadystream.protocol.sse import SseDecoder
 from steadystream.timeline import Timeline
 
 MS = 1_000_000
+
+_register()
+runner = CliRunner()
 
 
 def test_the_spec_reads_every_key_and_its_defaults() -> None:
@@ -130,3 +139,26 @@ def test_a_hand_edited_reconnect_entry_is_not_trusted() -> None:
     )
     assert summary is not None
     assert (summary.reconnects, summary.lost, summary.felt_gap_ms) == (1, 0, ())
+
+
+def _reconnected_run(tmp_path: Path, *, lost: int) -> Path:
+    back = Reconnect(dropped_ns=105 * MS, last_event_id="3", asked_ns=405 * MS)
+    back.first_ns, back.status, back.lost = 410 * MS, 200, lost
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, [_timeline([10, 60, 100, 410, 411, 450], [back.as_meta()])])
+    return path
+
+
+def test_analyze_says_what_the_returning_readers_felt(tmp_path: Path) -> None:
+    whole = runner.invoke(app, ["analyze", str(_reconnected_run(tmp_path, lost=0))])
+    assert whole.exit_code == 0, whole.output
+    line = " ".join(whole.output.split())
+    assert "reconnects: 1 in 1 streams, nothing lost or doubled" in line
+    assert "median 310" in line  # ms: the last text before the drop to the first after
+    torn = runner.invoke(app, ["analyze", str(_reconnected_run(tmp_path, lost=2)), "--json"])
+    assert torn.exit_code == 0, torn.output
+    reconnects = orjson.loads(torn.output)["reconnects"]
+    assert reconnects["events_lost"] == 2
+    assert reconnects["felt_gap_max_s"] == pytest.approx(0.31)
+    plain = runner.invoke(app, ["analyze", str(_reconnected_run(tmp_path, lost=0)), "--json"])
+    assert orjson.loads(plain.output)["reconnects"]["not_resumed"] == 0

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from steadystream import FakeClock
-from steadystream.lab import LabEngine, LabRequest, Scenario, parse_fault_header
+from steadystream.lab import LabEngine, LabMetrics, LabRequest, Scenario, parse_fault_header
 from steadystream.lab.responses import LabResponse
 from steadystream.lab.truth import RequestTruth
 from steadystream.lab.wire import Wire
@@ -58,9 +58,11 @@ async def respond(
     authorization: str | None = None,
     credential_name: str = "Authorization",
     leave_at_ns: int | None = None,
+    metrics: LabMetrics | None = None,
 ) -> Written:
     """One request with ``X-Lab-Fault: faults``, written through ``wire(truth)`` on a fake
-    connection in simulated time; the client leaves at ``leave_at_ns`` if given."""
+    connection in simulated time; the client leaves at ``leave_at_ns`` if given; what the
+    lab's /metrics observe goes to ``metrics``."""
     clock = FakeClock()
     engine = LabEngine(chosen, clock=clock)
     await engine.start()
@@ -72,7 +74,7 @@ async def respond(
         wire(handle.truth),
         stream=stream,
         request_id="w-1",
-        metrics=None,
+        metrics=metrics,
         resetter=None,
         authorization=authorization,
         credential_name=credential_name,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import Field
@@ -13,6 +14,9 @@ from steadystream._options import FileFormat, JsonOutput, StallThreshold, Timeli
 from steadystream.cli import app
 from steadystream.cli._groups import FilesOnRay
 from steadystream.cli._models import model_options
+
+if TYPE_CHECKING:
+    from steadystream.attribution import Explanation
 
 
 @app.command()
@@ -35,9 +39,21 @@ def explain(
     stalls: Annotated[int, Field(ge=0), Flag("How many stalls to list, longest first.")] = 20,
     worst: Worst,
     json_output: JsonOutput,
+    prometheus: Annotated[
+        Path | None,
+        Flag(
+            "Also write stall time and stalls by cause to this Prometheus text file (for"
+            " node_exporter's textfile collector: name it *.prom)."
+        ),
+    ] = None,
     ray: FilesOnRay,
 ) -> None:
-    """Every stall's cause (or unknown), how sure, and why; stall time by cause; mitigations."""
+    """Every stall's cause (or unknown), how sure, and why; stall time by cause; mitigations.
+
+    With the OTEL_* environment set (OTEL_EXPORTER_OTLP_ENDPOINT), stall time by cause also
+    goes out over OTLP as the counter steadystream.stall.time."""
+    import os
+
     from steadystream.analysis import timeline_files
     from steadystream.attribution import explain as attribute
     from steadystream.attribution import score
@@ -85,7 +101,23 @@ def explain(
             truths, truth_notes = load_runs(truth)
             notes += truth_notes
             scored = score(explanation, truths)
+        _export(explanation, prometheus, os.environ, notes)
     if json_output:
         typer.echo(_explain_view.to_json(explanation, scored, notes))
     else:
         _explain_view.print_explanation(explanation, scored, notes, stalls=stalls)
+
+
+def _export(
+    explanation: Explanation, prometheus: Path | None, env: Mapping[str, str], notes: list[str]
+) -> None:
+    """Stall time by cause to the Prometheus file asked for, and over OTLP when it is on."""
+    from steadystream.attribution.export import stall_totals
+    from steadystream.cli._explain_export import export_otel, write_prometheus
+
+    totals = stall_totals(explanation)
+    if prometheus is not None:
+        write_prometheus(prometheus, totals)
+        notes.append(f"stall time by cause written to {prometheus} (Prometheus text format)")
+    if export_otel(env, totals):
+        notes.append("stall time by cause sent over OTLP (steadystream.stall.time)")

@@ -17,6 +17,10 @@ Header grammar (comma separated, each at most once)::
 
 ``error-after``, ``reset-after`` and ``echo-auth`` end the stream, so only one of them may be
 given. A finish after an ending fault never comes, so ``silent-finish`` then does nothing.
+
+A ``stall-after`` or ``slow-first-token`` pause is charged ``injected-fault`` in the ground
+truth and counted in ``/metrics`` as it is played (``lab:injected_faults_total``,
+:mod:`steadystream.lab.metrics`), so that ``explain`` with scraped engine metrics names it.
 """
 
 from __future__ import annotations

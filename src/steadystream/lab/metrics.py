@@ -3,8 +3,13 @@
 Names and meanings follow vLLM's OpenAI server (``vllm:num_requests_running`` and friends;
 counters gain ``_total`` in the exposition, as vLLM's do; ``kv_cache_usage_perc`` is a
 fraction, 1 meaning full, as in vLLM). Every series carries ``model_name`` and ``engine``.
-The lab adds its own under ``lab:``: scheduling lag (actual step start minus planned) and
-the steps it had to re-anchor because it fell too far behind.
+The lab adds its own under ``lab:``: scheduling lag (actual step start minus planned), the
+steps it had to re-anchor because it fell too far behind, and the injected pauses played
+(``lab:injected_faults_total``, as the replay counts its own: a stall or slow first token
+that a fault asked for, ``X-Lab-Fault`` or the scenario's, counted when the content event it
+held back is written), so that ``explain`` names them ``injected-fault`` from the scraped
+metrics. A silent finish is not counted: it holds no text back, so it makes no stall, and a
+count during another stream's stall would only mislead.
 
 Time to first token and inter-token latency are observed when the lab writes the events,
 so they match the ground truth at ``/lab/requests`` exactly. They are observed once per SSE
@@ -16,11 +21,12 @@ never touched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from steadystream._causes import Cause
 from steadystream._histogram import FastHistogram, Histograms, HistogramSeries
 
 __all__ = ["CONTENT_TYPE", "LabMetrics", "event_histogram"]
@@ -105,6 +111,10 @@ class LabMetrics:
         self.lag_resets = counter(
             "lab:scheduling_lag_resets", "Steps re-anchored after falling far behind."
         )
+        # the replay's name too (attribution.engine.INJECTED_FAULTS): one reader for both
+        self.injected_faults = counter(
+            "lab:injected_faults", "Injected pauses played (the event each held back was written)."
+        )
 
     def observe_step(
         self,
@@ -128,6 +138,12 @@ class LabMetrics:
             self.spec_drafts.inc(drafts)
             self.spec_draft_tokens.inc(draft_tokens)
             self.spec_accepted.inc(accepted)
+
+    def observe_injected(self, extras: Iterable[Mapping[Cause, int] | None]) -> None:
+        """Count the injected pauses played: each event written whose gap carries one."""
+        played = sum(1 for extra in extras if extra and extra.get(Cause.INJECTED_FAULT, 0) > 0)
+        if played:
+            self.injected_faults.inc(played)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -125,6 +125,7 @@ class LabResponse(Response):
             handle.mark_written(batch, now, [len(data) for data in contents], texts)
             if metrics is not None:
                 _observe(metrics, len(batch), now, arrival, last_written)
+                metrics.observe_injected(event.extras for event in batch)
             last_written = now
             if ending is not None:
                 await self._end(scope, send, ending, tail, now)

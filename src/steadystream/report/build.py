@@ -211,8 +211,7 @@ def _charts(
             "Tokens per chunk and envelope overhead",
             f"one value per stream: {per_chunk.values:,} streams with text,"
             f" {overhead.values:,} with wire bytes recorded",
-            "One token per chunk costs a whole SSE and JSON envelope per token; a re-chunking"
-            " pacer coalesces them. Overhead is wire bytes per byte of text.",
+            _chunks_reading(is_rechunked(table)),
             charts.chunks_figure(per_chunk, overhead),
         ),
         Chart(
@@ -225,6 +224,22 @@ def _charts(
             charts.ttft_figure(ttft, fleet.ttft_target_s),
         ),
     ]
+
+
+def _chunks_reading(rechunked: bool) -> str:
+    """How to read the chunks chart; a run that went through a re-chunking pacer is not told
+    to get one (its chunks are that pacer's pieces, not the server's)."""
+    overhead = " Overhead is wire bytes per byte of text."
+    if rechunked:
+        return (
+            "This run's tokens came in pieces: a re-chunking pacer (or a proxy) on the way cut"
+            " and regrouped them, so these chunks are its, not the server's. Read the server's"
+            " chunking from a recording before it (the gateway's upstream edge)." + overhead
+        )
+    return (
+        "One token per chunk costs a whole SSE and JSON envelope per token; a re-chunking"
+        " pacer coalesces them." + overhead
+    )
 
 
 def _stall_map_reading(bars: bool, threshold: str, caused: int = 0) -> str:
