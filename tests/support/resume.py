@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,11 @@ def read_stream(
     headers: dict[str, str] | None = None,
     *,
     leave_after: int | None = None,
+    when: tuple[int, Callable[[], None]] | None = None,
 ) -> Read:
     """Send a request and read its SSE events; with ``leave_after``, close the connection
-    once that many events came (a reader that drops)."""
+    once that many events came (a reader that drops); with ``when`` (count, do), call
+    ``do`` once, as soon as that many events came."""
     url = urlsplit(base)
     connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
     try:
@@ -75,6 +78,9 @@ def read_stream(
                     read.events.append((item.id, item.data))
             if leave_after is not None and len(read.events) >= leave_after:
                 break
+            if when is not None and len(read.events) >= when[0]:
+                when[1]()
+                when = None
         return read
     finally:
         connection.close()
@@ -91,6 +97,10 @@ class RedisServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def start(self) -> RedisServer:
+        """Start it (again, after :meth:`stop`: on the same port, with nothing kept)."""
         server = shutil.which("redis-server")
         if server is None:
             pytest.fail("redis-server is not installed (make system-parts installs it)")

@@ -101,7 +101,9 @@ async def test_past_max_streams_the_longest_ended_goes_first_and_live_ones_stay(
     first, second = hub.open("chat", "t"), hub.open("chat", "t")
     first.ended("complete")
     third = hub.open("chat", "t")  # the ended one makes room
-    assert await hub.info(first.stream_id) is None
+    with pytest.raises(StreamGone) as evicted:  # (and a resume is told so)
+        await anext(hub.local.follow(first.stream_id, 0, NS_PER_S))
+    assert evicted.value.reason == "evicted"
     fourth = hub.open("chat", "t")  # both kept ones run: this one is not kept
     assert await hub.info(second.stream_id) is not None
     assert await hub.info(third.stream_id) is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import secrets
 from collections.abc import Callable
 
@@ -28,12 +29,22 @@ from steadystream.gateway.resume.ids import stamp_events
 from steadystream.gateway.resume.log import StreamLog
 from steadystream.gateway.resume.store import Claim, EventStore, MemoryStore, StreamInfo
 
-__all__ = ["REFUSED", "STREAM_ID_HEADER", "LiveStream", "StreamHub", "StreamTee", "idempotency_key"]
+__all__ = [
+    "REFUSED",
+    "RESPONSE_ID",
+    "STREAM_ID_HEADER",
+    "LiveStream",
+    "StreamHub",
+    "StreamTee",
+    "idempotency_key",
+]
 
 STREAM_ID_HEADER = "X-Steadystream-Stream-Id"
 REFUSED = "refused"  # how a stream ends that never started (its request got an error)
 _ELSEWHERE_RECHECK_NS = 1_000_000_000  # a reader on another process marks itself each second
 _WATCHED_EVENTS = 8  # a response.created comes first, or after a few keepalives at most
+# What a response id may be to name its stream (a key in the store, a part of a path).
+RESPONSE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 def _no_tokens() -> int:
@@ -182,12 +193,8 @@ class LiveStream:
                     response_id = data["response"]["id"]
                 except (orjson.JSONDecodeError, KeyError, TypeError):
                     continue
-                if (  # (a name of printable characters, no spaces: a key in the store)
-                    isinstance(response_id, str)
-                    and 0 < len(response_id) <= 200
-                    and response_id.isprintable()
-                    and " " not in response_id
-                ):
+                # (a name of a few safe characters: a key in the store, a path's part)
+                if isinstance(response_id, str) and RESPONSE_ID.fullmatch(response_id):
                     self.hub.alias(response_id, self.stream_id)
                     tee.watch = None
                     return
@@ -291,6 +298,8 @@ class StreamHub:
         info = await self.local.info(stream_id)
         if info is None and self.shared is not None:
             info = await self.shared.info(stream_id)
+        if info is None:  # (let go here to make room: a resume is told so)
+            info = self.local.evicted(stream_id)
         return info
 
     def store_of(self, stream_id: str) -> EventStore:

@@ -106,8 +106,8 @@ async def follow(
     """
     if log.gone is not None:
         raise log.gone
-    if after > len(log.events) and log.ended is not None:
-        raise StreamGone("unknown", f"the stream has no event {after}")
+    if after > len(log.events):  # (every event is in the log before a client gets it)
+        raise StreamGone("unknown", f"the stream has sent no event {after}")
     yield b""
     while True:
         if log.gone is not None:

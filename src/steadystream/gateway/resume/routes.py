@@ -29,7 +29,7 @@ from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.gateway.events import KEEPALIVE
 from steadystream.gateway.requests import error_shape, new_request_id
-from steadystream.gateway.resume.hub import STREAM_ID_HEADER, StreamHub
+from steadystream.gateway.resume.hub import RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.gateway.resume.store import StreamInfo
 from steadystream.gateway.state import GatewayState
@@ -45,6 +45,10 @@ _SSE_HEADERS = [
 _JOIN_WAIT_NS = 500_000_000
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 _EVENT_END = re.compile(rb"id: \d+(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
+_SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+# What the gateway names streams (hub.new_id); anything else (as a response id other than
+# hub.RESPONSE_ID) is no stream of this gateway, and never reaches a store.
+_STREAM_ID = re.compile(r"strm_[A-Za-z0-9_-]{1,64}")
 
 
 def last_event_id(value: str | None, name: str = "Last-Event-ID") -> int:
@@ -52,26 +56,34 @@ def last_event_id(value: str | None, name: str = "Last-Event-ID") -> int:
     if value is None or value == "":
         return 0
     value = value.strip()
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        # (ASCII: "²" is a digit to str.isdigit, and no number to int)
         raise ApiError(
             400,
-            f"{name}: {value[:40]!r} is not an event id of this gateway (a decimal number)",
+            f"{name}: {_shown(value)} is not an event id of this gateway (a decimal number)",
             param=name,
         )
     return int(value)
+
+
+def _shown(value: str) -> str:
+    """``value`` as an error may quote it: short, and only in a safe alphabet."""
+    if _SAFE.fullmatch(value):
+        return repr(value)
+    return f"a value of {len(value)} characters"
 
 
 def gone(error: StreamGone, stream_id: str) -> ApiError:
     """The 410 of a stream whose events are not kept, naming why."""
     return ApiError(
         410,
-        f"stream {stream_id!r} cannot be resumed ({error.reason}): {error.message}",
+        f"stream {_shown(stream_id)} cannot be resumed ({error.reason}): {error.message}",
         code=f"stream_{error.reason}",
     )
 
 
 def _unknown(stream_id: str) -> StreamGone:
-    return StreamGone("unknown", f"no stream {stream_id!r} is kept for this caller")
+    return StreamGone("unknown", f"no stream {_shown(stream_id)} is kept for this caller")
 
 
 async def _find(
@@ -79,7 +91,9 @@ async def _find(
 ) -> StreamInfo:
     """The caller's stream ``stream_id``; 410 (unknown) when there is none of theirs."""
     tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
-    info = await hub.info(stream_id)
+    if not _STREAM_ID.fullmatch(stream_id):
+        raise gone(_unknown(stream_id), stream_id)
+    info = await _info_soon(state, hub, stream_id)
     if info is None or info.tenant != tenant.name:
         raise gone(_unknown(stream_id), stream_id)
     return info
@@ -205,18 +219,29 @@ async def join(
     """A repeated ``POST`` (same ``Idempotency-Key``) joins its stream in flight.
 
     The key is bound before the stream's first write reaches a shared store (the writes go
-    in batches): a stream the key names but the store does not know yet is looked for again,
-    for up to half a second."""
-    clock = state.clock
-    deadline = clock.now_ns() + _JOIN_WAIT_NS
-    while (info := await hub.info(stream_id)) is None and clock.now_ns() < deadline:
-        await clock.sleep_until(clock.now_ns() + _JOIN_WAIT_NS // 10)
+    in batches): a stream the key names but the store does not know yet is looked for again
+    (:func:`_info_soon`)."""
+    info = await _info_soon(state, hub, stream_id)
     after = last_event_id(request.headers.get(LAST_EVENT_ID))
     if info is None:
         shape = error_shape(request.url.path)
         await gone(_unknown(stream_id), stream_id).response(shape=shape)(scope, receive, send)
         return
     await serve_replay(state, hub, info, after, "idempotency", scope, receive, send)
+
+
+async def _info_soon(state: GatewayState, hub: StreamHub, stream_id: str) -> StreamInfo | None:
+    """The stream, looked for again for up to half a second while the shared store does not
+    know it: its first writes go in a batch, after its first events reached their client
+    (who may come back through another replica at once)."""
+    info = await hub.info(stream_id)
+    if info is not None or hub.shared is None:
+        return info
+    clock = state.clock
+    deadline = clock.now_ns() + _JOIN_WAIT_NS
+    while (info := await hub.info(stream_id)) is None and clock.now_ns() < deadline:
+        await clock.sleep_until(clock.now_ns() + _JOIN_WAIT_NS // 10)
+    return info
 
 
 class _Streams:
@@ -255,6 +280,8 @@ class _Responses:
         request = Request(scope, receive)
         response_id = request.path_params["response_id"]
         try:
+            if not RESPONSE_ID.fullmatch(response_id):
+                raise gone(_unknown(response_id), response_id)
             stream_id = await self.hub.stream_of_response(response_id)
             if stream_id is None:
                 raise gone(_unknown(response_id), response_id)

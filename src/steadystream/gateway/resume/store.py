@@ -96,6 +96,8 @@ class MemoryStore:
         self._claims_of: dict[str, list[str]] = {}
         self._aliases: dict[str, str] = {}
         self._aliases_of: dict[str, str] = {}
+        # Streams let go to make room, the latest max_streams: a resume is told why.
+        self._evicted: OrderedDict[str, StreamInfo] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -104,19 +106,15 @@ class MemoryStore:
         """(Also gives the stream's log, for its tee to write to directly.)"""
         self.sweep()
         log = StreamLog(self.max_stream_bytes)
+        while len(self._streams) >= self.max_streams and self._ended:
+            self._forget(next(iter(self._ended)), evicted=True)
         if len(self._streams) >= self.max_streams:
-            if self._ended:
-                oldest = next(iter(self._ended))
-                self._forget(oldest)
-            else:  # every kept stream still runs: this one is not kept
-                log.drop(
-                    StreamGone(
-                        "evicted",
-                        f"resume.max_streams ({self.max_streams}) streams were kept when it"
-                        " started; its events are not kept",
-                    )
-                )
-        self._streams[info.stream_id] = (info, log)
+            # Every kept stream still runs: this one is not kept (its tee writes to a log
+            # that keeps nothing), and is remembered as evicted.
+            log.drop(_evicted())
+            self._evict(info)
+        else:
+            self._streams[info.stream_id] = (info, log)
         return log
 
     def log(self, stream_id: str) -> StreamLog | None:
@@ -131,6 +129,9 @@ class MemoryStore:
     def ended(self, stream_id: str, how: str) -> None:
         found = self._streams.get(stream_id)
         if found is None:
+            evicted = self._evicted.get(stream_id)
+            if evicted is not None:
+                self._evicted[stream_id] = evicted._replace(ended=how)
             return
         info, log = found
         now = self.clock.now_ns()
@@ -143,10 +144,16 @@ class MemoryStore:
         found = self._streams.get(stream_id)
         return None if found is None else found[0]
 
+    def evicted(self, stream_id: str) -> StreamInfo | None:
+        """A stream let go to make room (its events are not kept), or None."""
+        return self._evicted.get(stream_id)
+
     def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
         found = self._streams.get(stream_id)
         if found is None:
-            raise StreamGone("unknown", f"no stream {stream_id!r} is kept")
+            if stream_id in self._evicted:
+                raise _evicted()
+            raise StreamGone("unknown", "no such stream is kept")
         return follow(found[1], after, self.clock, idle_ns)
 
     async def claim(self, key: str, claim: Claim) -> Claim | None:
@@ -189,13 +196,34 @@ class MemoryStore:
         """Let go of a stream and its idempotency keys now."""
         self._forget(stream_id)
 
-    def _forget(self, stream_id: str) -> None:
+    def _forget(self, stream_id: str, *, evicted: bool = False) -> None:
         self._ended.pop(stream_id, None)
         found = self._streams.pop(stream_id, None)
         if found is not None:
-            found[1].drop(StreamGone("expired", "the stream's events are no longer kept"))
+            if evicted:
+                found[1].drop(_evicted())
+                self._evict(found[0])
+            else:
+                found[1].drop(StreamGone("expired", "the stream's events are no longer kept"))
+        if not evicted:  # (an evicted stream's keys go when it is forgotten as evicted)
+            self._forget_keys(stream_id)
+
+    def _evict(self, info: StreamInfo) -> None:
+        evicted = self._evicted
+        evicted[info.stream_id] = info
+        while len(evicted) > self.max_streams:
+            self._forget_keys(evicted.popitem(last=False)[0])
+
+    def _forget_keys(self, stream_id: str) -> None:
         for key in self._claims_of.pop(stream_id, ()):
             self._claims.pop(key, None)
         name = self._aliases_of.pop(stream_id, None)
         if name is not None:
             self._aliases.pop(name, None)
+
+
+def _evicted() -> StreamGone:  # (a new one each time: a raised one holds its traceback)
+    return StreamGone(
+        "evicted",
+        "resume.max_streams streams were kept; the stream was let go to make room for newer ones",
+    )
