@@ -56,7 +56,7 @@ async def test_ten_thousand_keys_and_streams_keep_memory_bounded() -> None:
     assert len(local._ended) == 100
     # keys go with their streams, or with the streams remembered as let go (as many)
     assert len(local._claims) == len(local._claims_of) == 200
-    assert len(local._evicted) == 100
+    assert len(local._gone) == 100
     assert len(hub.live) == 0
     # a stream let go lately to make room: a resume is told so; long ago: unknown
     for stream_id, reason in ((ids[-150], "evicted"), (ids[0], "unknown")):

@@ -82,16 +82,23 @@ async def test_a_stream_past_its_bound_is_gone_for_resumes_not_cut_short() -> No
 
 
 @pytest.mark.asyncio
-async def test_ended_streams_are_kept_for_the_ttl_then_forgotten() -> None:
+async def test_ended_streams_are_kept_for_the_ttl_then_a_resume_is_told_they_expired() -> None:
     clock = FakeClock()
     hub, _ = hub_of(clock, ttl="10s")
     live = hub.open("chat", "t")
     live.tee.stamp(event())
     live.ended("complete")
     await clock.advance(9 * NS_PER_S)
-    assert await hub.info(live.stream_id) == StreamInfo(live.stream_id, "chat", "t", "complete")
+    kept = StreamInfo(live.stream_id, "chat", "t", "complete")
+    assert await hub.info(live.stream_id) == kept
+    assert hub.local.log(live.stream_id) is not None
     await clock.advance(2 * NS_PER_S)
-    assert await hub.info(live.stream_id) is None
+    assert await hub.info(live.stream_id) == kept  # (its tenant still checked on a resume)
+    assert hub.local.log(live.stream_id) is None  # its events are let go
+    with pytest.raises(StreamGone) as gone:
+        await anext(hub.local.follow(live.stream_id, 0, NS_PER_S))
+    assert gone.value.reason == "expired"  # told why, not "unknown"
+    assert "resume.ttl" in gone.value.message
 
 
 @pytest.mark.asyncio
@@ -176,3 +183,37 @@ async def test_a_responses_stream_is_found_by_its_response_id() -> None:
 def test_a_bad_store_is_refused_naming_the_key() -> None:
     with pytest.raises(ValueError, match="redis://"):
         ResumeConfig.model_validate({"store": "postgres://x"})
+
+
+class _Looking:
+    """What ``_soon`` reads of the gateway: its clock, and whether a shared store is on."""
+
+    def __init__(self, clock: FakeClock, shared: bool) -> None:
+        self.clock = clock
+        self.shared = object() if shared else None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("shared", "found_after_ms", "expected"), [
+    (True, 120, "strm_x"),  # a replica's first batch lands: found, on another replica
+    (True, 900, None),  # never within half a second: unknown
+    (False, 120, None),  # one process: what it does not know now, it never will
+])  # fmt: skip
+async def test_a_stream_or_response_is_looked_for_again_while_the_shared_store_batches(
+    shared: bool, found_after_ms: int, expected: str | None
+) -> None:
+    from steadystream.gateway.resume.routes import _soon
+
+    clock = FakeClock()
+    looked = _Looking(clock, shared)
+    calls: list[int] = []
+
+    async def look() -> str | None:
+        calls.append(clock.now_ns())
+        return "strm_x" if clock.now_ns() >= found_after_ms * 1_000_000 else None
+
+    task = asyncio.ensure_future(_soon(looked, looked, look))  # type: ignore[arg-type]
+    await clock.advance(1_000 * 1_000_000)
+    assert await task == expected
+    assert calls[-1] <= 550 * 1_000_000  # never past the half second (and a step)
+    assert (len(calls) > 1) is shared

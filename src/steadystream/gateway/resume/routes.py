@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -35,6 +36,8 @@ from steadystream.gateway.resume.store import StreamInfo
 from steadystream.gateway.state import GatewayState
 
 __all__ = ["LAST_EVENT_ID", "join", "last_event_id", "resume_routes", "serve_replay"]
+
+T = TypeVar("T")
 
 LAST_EVENT_ID = "last-event-id"
 _SSE_HEADERS = [
@@ -234,14 +237,22 @@ async def _info_soon(state: GatewayState, hub: StreamHub, stream_id: str) -> Str
     """The stream, looked for again for up to half a second while the shared store does not
     know it: its first writes go in a batch, after its first events reached their client
     (who may come back through another replica at once)."""
-    info = await hub.info(stream_id)
-    if info is not None or hub.shared is None:
-        return info
+    return await _soon(state, hub, lambda: hub.info(stream_id))
+
+
+async def _soon(
+    state: GatewayState, hub: StreamHub, look: Callable[[], Awaitable[T | None]]
+) -> T | None:
+    """``look()``, again for up to half a second while it finds nothing and a shared store
+    may not have the stream's first batch yet (:func:`_info_soon`)."""
+    found = await look()
+    if found is not None or hub.shared is None:
+        return found
     clock = state.clock
     deadline = clock.now_ns() + _JOIN_WAIT_NS
-    while (info := await hub.info(stream_id)) is None and clock.now_ns() < deadline:
+    while (found := await look()) is None and clock.now_ns() < deadline:
         await clock.sleep_until(clock.now_ns() + _JOIN_WAIT_NS // 10)
-    return info
+    return found
 
 
 class _Streams:
@@ -282,7 +293,8 @@ class _Responses:
         try:
             if not RESPONSE_ID.fullmatch(response_id):
                 raise gone(_unknown(response_id), response_id)
-            stream_id = await self.hub.stream_of_response(response_id)
+            hub = self.hub
+            stream_id = await _soon(self.state, hub, lambda: hub.stream_of_response(response_id))
             if stream_id is None:
                 raise gone(_unknown(response_id), response_id)
             info = await _find(self.state, self.hub, request, stream_id)

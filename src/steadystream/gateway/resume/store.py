@@ -96,8 +96,9 @@ class MemoryStore:
         self._claims_of: dict[str, list[str]] = {}
         self._aliases: dict[str, str] = {}
         self._aliases_of: dict[str, str] = {}
-        # Streams let go to make room, the latest max_streams: a resume is told why.
-        self._evicted: OrderedDict[str, StreamInfo] = OrderedDict()
+        # Streams let go (to make room, or past their TTL), the latest max_streams, with
+        # why: a resume is told it (410 stream_evicted, stream_expired), never "unknown".
+        self._gone: OrderedDict[str, tuple[StreamInfo, str]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -107,12 +108,12 @@ class MemoryStore:
         self.sweep()
         log = StreamLog(self.max_stream_bytes)
         while len(self._streams) >= self.max_streams and self._ended:
-            self._forget(next(iter(self._ended)), evicted=True)
+            self._forget(next(iter(self._ended)), why="evicted")
         if len(self._streams) >= self.max_streams:
             # Every kept stream still runs: this one is not kept (its tee writes to a log
             # that keeps nothing), and is remembered as evicted.
             log.drop(_evicted())
-            self._evict(info)
+            self._remember_gone(info, "evicted")
         else:
             self._streams[info.stream_id] = (info, log)
         return log
@@ -129,9 +130,9 @@ class MemoryStore:
     def ended(self, stream_id: str, how: str) -> None:
         found = self._streams.get(stream_id)
         if found is None:
-            evicted = self._evicted.get(stream_id)
-            if evicted is not None:
-                self._evicted[stream_id] = evicted._replace(ended=how)
+            gone = self._gone.get(stream_id)
+            if gone is not None:
+                self._gone[stream_id] = (gone[0]._replace(ended=how), gone[1])
             return
         info, log = found
         now = self.clock.now_ns()
@@ -145,14 +146,16 @@ class MemoryStore:
         return None if found is None else found[0]
 
     def evicted(self, stream_id: str) -> StreamInfo | None:
-        """A stream let go to make room (its events are not kept), or None."""
-        return self._evicted.get(stream_id)
+        """A stream let go, to make room or past its TTL (its events are not kept), or None."""
+        gone = self._gone.get(stream_id)
+        return None if gone is None else gone[0]
 
     def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
         found = self._streams.get(stream_id)
         if found is None:
-            if stream_id in self._evicted:
-                raise _evicted()
+            gone = self._gone.get(stream_id)
+            if gone is not None:
+                raise _evicted() if gone[1] == "evicted" else _expired()
             raise StreamGone("unknown", "no such stream is kept")
         return follow(found[1], after, self.clock, idle_ns)
 
@@ -190,29 +193,32 @@ class MemoryStore:
             stream_id, ended_ns = next(iter(self._ended.items()))
             if ended_ns > expired:
                 break
-            self._forget(stream_id)
+            self._forget(stream_id, why="expired")
 
     def forget(self, stream_id: str) -> None:
         """Let go of a stream and its idempotency keys now."""
         self._forget(stream_id)
 
-    def _forget(self, stream_id: str, *, evicted: bool = False) -> None:
+    def _forget(self, stream_id: str, *, why: str | None = None) -> None:
+        """Let go of a stream: ``why`` "evicted" or "expired" is remembered for a resume (an
+        evicted stream's keys too, so a repeat of its request is told; an expired one's
+        request may start again); None forgets it outright."""
         self._ended.pop(stream_id, None)
         found = self._streams.pop(stream_id, None)
         if found is not None:
-            if evicted:
-                found[1].drop(_evicted())
-                self._evict(found[0])
-            else:
-                found[1].drop(StreamGone("expired", "the stream's events are no longer kept"))
-        if not evicted:  # (an evicted stream's keys go when it is forgotten as evicted)
+            found[1].drop(_evicted() if why == "evicted" else _expired())
+            if why is not None:
+                self._remember_gone(found[0], why)
+        if why != "evicted":
             self._forget_keys(stream_id)
 
-    def _evict(self, info: StreamInfo) -> None:
-        evicted = self._evicted
-        evicted[info.stream_id] = info
-        while len(evicted) > self.max_streams:
-            self._forget_keys(evicted.popitem(last=False)[0])
+    def _remember_gone(self, info: StreamInfo, why: str) -> None:
+        """Keep why ``info``'s stream went (its keys with it: a repeat of its request is told
+        too), for the latest ``max_streams`` streams gone."""
+        gone = self._gone
+        gone[info.stream_id] = (info, why)
+        while len(gone) > self.max_streams:
+            self._forget_keys(gone.popitem(last=False)[0])
 
     def _forget_keys(self, stream_id: str) -> None:
         for key in self._claims_of.pop(stream_id, ()):
@@ -220,6 +226,10 @@ class MemoryStore:
         name = self._aliases_of.pop(stream_id, None)
         if name is not None:
             self._aliases.pop(name, None)
+
+
+def _expired() -> StreamGone:
+    return StreamGone("expired", "the stream's events are no longer kept (resume.ttl)")
 
 
 def _evicted() -> StreamGone:  # (a new one each time: a raised one holds its traceback)
