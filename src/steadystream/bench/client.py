@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
-import numpy as np
 import orjson
 
 from steadystream._clock import Clock
@@ -38,7 +36,8 @@ from steadystream._exceptions import (
     UpstreamError,
     UpstreamStreamError,
 )
-from steadystream._types import Outcome, Where
+from steadystream._types import Outcome
+from steadystream.bench.attempt import AttemptState, Sent
 from steadystream.bench.cancel import CancelPoint
 from steadystream.bench.disconnect import (
     STREAM_ID_HEADER,
@@ -49,10 +48,7 @@ from steadystream.bench.disconnect import (
     resume_path,
 )
 from steadystream.bench.endpoint import USAGE_LEVELS, Endpoint
-from steadystream.bench.lag import LAG_FLAG_NS
 from steadystream.bench.workload import RequestSpec
-from steadystream.protocol import Dialect, SseItem, StreamRecorder
-from steadystream.protocol.apis import new_dialect
 from steadystream.stamped import (
     ResponseHead,
     StampedConnection,
@@ -61,19 +57,11 @@ from steadystream.stamped import (
     connection_type,
 )
 from steadystream.stamped.target import Resolve
-from steadystream.timeline import Timeline
 
 __all__ = ["Sent", "StreamClient", "open_session", "resolve_with"]
 
 _ERROR_BODY_LIMIT = 4096  # of an HTTP error body, kept for the message
 _REJECTS_OPTIONS = (400, 422)  # how servers say "unknown field" (stream_options)
-
-
-class Sent(NamedTuple):
-    """A recorded stream and the clock instant its request was sent."""
-
-    timeline: Timeline
-    sent_ns: int
 
 
 def open_session(*, connect_timeout_s: float = 10.0) -> aiohttp.ClientSession:
@@ -189,7 +177,16 @@ class StreamClient:
         endpoint, clock = self.endpoint, self.clock
         body = endpoint.body(spec, level)
         headers = endpoint.request_headers(request_id)
-        state = _State(self, request_id, cancel, endpoint.max_tokens(spec))
+        state = AttemptState(
+            request_id,
+            cancel,
+            endpoint.max_tokens(spec),
+            clock=clock,
+            stamps=self.stamps,
+            keep_text=self.keep_text,
+            labels=self.labels,
+            api=endpoint.kind,
+        )
         if disconnect is not None:
             state.ids = EventIds()
         conn: StampedConnection | None = None
@@ -235,7 +232,7 @@ class StreamClient:
         return state.sent(level, spec)
 
     async def _read(
-        self, conn: StampedConnection, state: _State, *, drop_after: int | None = None
+        self, conn: StampedConnection, state: AttemptState, *, drop_after: int | None = None
     ) -> int:
         """Read the body to its end; with ``drop_after`` (content chunks), stop there and
         set ``state.dropped`` instead (the reader leaves, to come back)."""
@@ -272,7 +269,7 @@ class StreamClient:
     async def _drop_and_return(
         self,
         conn: StampedConnection,
-        state: _State,
+        state: AttemptState,
         plan: DisconnectPlan,
         head: ResponseHead,
         headers: dict[str, str],
@@ -335,7 +332,7 @@ class StreamClient:
             again.close()
 
     async def _read_until(
-        self, conn: StampedConnection, state: _State, deadline_ns: int
+        self, conn: StampedConnection, state: AttemptState, deadline_ns: int
     ) -> int | None:
         """Read until the body ends (None) or ``deadline_ns``; then close the connection and
         return the instant just before it closed."""
@@ -356,165 +353,6 @@ class StreamClient:
         closed = self.clock.now_ns()  # stamped before the close the server will notice
         conn.close()
         return closed
-
-
-class _State:
-    """One attempt: its instants, its recorder once the response began, and how it ended.
-
-    ``wire_ns`` is when the request's last byte went to the kernel: the request-sent instant
-    every time in the timeline counts from. Time spent before it (connecting, waiting for the
-    event loop) is the client's, not the server's; it is kept in ``meta["send_ms"]``.
-    """
-
-    __slots__ = (
-        "begin_ns",
-        "cancel",
-        "chunks",
-        "client",
-        "clock_step_ns",
-        "counter",
-        "dropped",
-        "end_ns",
-        "ids",
-        "last_stamp",
-        "late_stamps",
-        "max_tokens",
-        "reads",
-        "reconnects",
-        "recorder",
-        "request_id",
-        "returned",
-        "stamp_events",
-        "started_at",
-        "status",
-        "timeline",
-        "wire_ns",
-    )
-
-    def __init__(
-        self,
-        client: StreamClient,
-        request_id: str,
-        cancel: CancelPoint | None,
-        max_tokens: int | None,
-    ) -> None:
-        self.client = client
-        self.request_id = request_id
-        self.cancel = cancel
-        self.max_tokens = max_tokens  # as sent: the token count of a stream cut for length
-        self.started_at = time.time()
-        self.begin_ns = client.clock.now_ns()
-        self.wire_ns: int | None = None
-        self.recorder: StreamRecorder | None = None
-        self.status: int | None = None
-        self.reads = 0
-        self.chunks = 0  # content chunks seen, counted only for --cancel-after Ntok
-        self.counter: Dialect | None = None  # what counts them
-        self.timeline: Timeline | None = None
-        self.end_ns: int | None = None  # the stamp of the body's last read
-        self.clock_step_ns = 0
-        self.last_stamp = -1
-        self.stamp_events = 0  # events completed so far under last_stamp
-        self.late_stamps: set[int] = set()  # stamps several events shared in late reads
-        self.ids: EventIds | None = None  # the events' ids, for a stream that drops
-        self.dropped = False  # at its drop point (--disconnect)
-        self.reconnects: list[Reconnect] = []
-        self.returned: Reconnect | None = None  # the return now being read
-
-    @property
-    def sent_ns(self) -> int:
-        return self.wire_ns if self.wire_ns is not None else self.begin_ns
-
-    def start_recording(self) -> StreamRecorder:
-        if self.recorder is None:
-            client = self.client
-            self.recorder = StreamRecorder(
-                self.request_id,
-                Where.CLIENT,
-                keep_text=client.keep_text,
-                labels=client.labels,
-                started_at=self.started_at,
-                sent_ns=self.sent_ns,
-                max_tokens=self.max_tokens,
-                dialect=new_dialect(client.endpoint.kind),
-            )
-        return self.recorder
-
-    def note_stamp(self, stamp: int, events: int) -> None:
-        """Count events that share one stamp in a read taken late: lag may have merged them.
-
-        Events written together share a stamp rightly; events that waited together in the
-        kernel's queue while the loop was busy share the newest one's stamp wrongly. A read
-        the loop took promptly after its stamp holds the former. User stamps are taken when
-        the read is, so how long ago one was says nothing of how long its events waited:
-        only kernel stamps are counted.
-        """
-        if self.client.stamps is not StampMode.KERNEL:
-            return
-        if stamp == self.last_stamp:
-            self.stamp_events += events
-        else:
-            self.last_stamp, self.stamp_events = stamp, events
-        if self.stamp_events > 1 and self.client.clock.now_ns() - stamp > LAG_FLAG_NS:
-            self.late_stamps.add(stamp - self.sent_ns)
-
-    def response_headers(self, now_ns: int, status: int) -> None:
-        self.start_recording().headers(now_ns)
-        self.status = status
-
-    def finish(self, now_ns: int, outcome: Outcome | None, error: str | None) -> None:
-        self.timeline = self.start_recording().finish(now_ns, outcome=outcome, error=error)
-
-    def count_tokens(self, items: Sequence[SseItem], limit: int) -> bool:
-        """Count content chunks among ``items``; True once ``limit`` is reached."""
-        if self.counter is None:  # (a dialect of its own: the recorder's keeps its state)
-            self.counter = new_dialect(self.client.endpoint.kind)
-        decode = self.counter.decode
-        for item in items:
-            try:
-                decoded = decode(item)
-            except ProtocolError:
-                continue
-            if decoded.kind is not None and decoded.kind.carries_text and decoded.text:
-                self.chunks += 1
-        return self.chunks >= limit
-
-    def cancel_reason(self) -> str:
-        point = self.cancel.describe() if self.cancel is not None else "?"
-        return f"cancelled by the client after {point} (--cancel-after)"
-
-    def sent(self, level: int, spec: RequestSpec) -> Sent:
-        assert self.timeline is not None
-        meta = self.timeline.meta
-        meta["send_ms"] = round((self.sent_ns - self.begin_ns) / 1e6, 3)
-        meta["stamps"] = self.client.stamps.value
-        meta["stamps_shared"] = _shared(self.timeline, self.late_stamps)
-        if abs(self.clock_step_ns) > 1_000_000:
-            meta["clock_step_ms"] = round(self.clock_step_ns / 1e6, 3)
-        meta["usage_requested"] = USAGE_LEVELS[level]
-        meta["input_tokens_estimate"] = spec.input_tokens
-        if spec.max_tokens is not None:
-            meta["max_tokens"] = spec.max_tokens
-        if self.status is not None:
-            meta["http_status"] = self.status
-        if self.cancel is not None:
-            meta["cancel_after"] = self.cancel.describe()
-        if self.reconnects:
-            meta["reconnects"] = [reconnect.as_meta() for reconnect in self.reconnects]
-        return Sent(self.timeline, self.sent_ns)
-
-
-def _shared(timeline: Timeline, late_stamps: set[int]) -> int:
-    """Text events that share a late read's stamp with the text event before them.
-
-    Only gaps between text events are measured; a usage chunk or ``[DONE]`` that came in
-    the same read as the last token costs nothing.
-    """
-    if not late_stamps:
-        return 0
-    times = timeline.times[timeline.text_mask]
-    same = np.flatnonzero(times[1:] == times[:-1]) + 1
-    return sum(1 for i in same if int(times[i]) in late_stamps)
 
 
 async def _refusal(conn: StampedConnection, head: ResponseHead, endpoint: Endpoint) -> str | None:

@@ -16,7 +16,7 @@ across each one (:func:`reconnect_summary`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -162,42 +162,36 @@ class Reconnect:
 class EventIds:
     """The ids a stream's events carried, to say what a return lost or doubled.
 
-    Ids are opaque to a client in general; the gateway's are decimal sequence numbers, so
-    a gap is an event lost and a repeat is an event doubled. Other ids are not judged.
+    Ids are opaque to a client in general; the gateway's are decimal sequence numbers, rising
+    by one, so a jump is events lost and an id at or below the highest seen is an event
+    doubled. Other ids are not judged.
     """
 
     last: str | None = None
-    _high: int | None = None
-    _numeric: bool = True
     seen: int = 0
     lost: int = 0
     doubled: int = 0
-    _ids: set[int] = field(default_factory=set)
+    _high: int | None = None
+    _numeric: bool = True
 
-    def see(self, items: Iterable[SseItem]) -> int:
-        """Take the events of one read; returns how many carried an id."""
-        count = 0
+    def see(self, items: Iterable[SseItem]) -> None:
+        """Take the events of one read."""
         for item in items:
             event_id = getattr(item, "id", None)
             if event_id is None:
                 continue
-            count += 1
             self.seen += 1
-            if event_id == self.last and not event_id.isdecimal():
-                continue
             self.last = event_id
             if not (self._numeric and event_id.isdecimal() and len(event_id) <= 18):
                 self._numeric = False
                 continue
-            number = int(event_id)
-            if number in self._ids:
+            number, high = int(event_id), self._high
+            if high is not None and number <= high:
                 self.doubled += 1
                 continue
-            if self._high is not None and number > self._high + 1:
-                self.lost += number - self._high - 1
-            self._ids.add(number)
-            self._high = number if self._high is None else max(self._high, number)
-        return count
+            if high is not None and number > high + 1:
+                self.lost += number - high - 1
+            self._high = number
 
 
 @dataclass(frozen=True, slots=True)
