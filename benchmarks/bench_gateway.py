@@ -8,6 +8,13 @@ through one path: ``direct``, ``gateway`` (steadystream, no pacer), ``nginx`` (a
 proxy with buffering off) and ``litellm`` (LiteLLM's proxy), each in its own process, started
 and stopped here by pid. The load generator is this process.
 
+Two more paths, not run by default, price TLS on the gateway's upstream hop:
+``gateway-front`` is the gateway with an nginx front (plain HTTP) between it and the lab, and
+``gateway-tls`` the same with the front serving HTTPS on a throwaway self-signed certificate
+(the gateway trusts it through ``SSL_CERT_FILE``). The front talks plain HTTP to the lab, so
+the two differ only in TLS. The fronts are not proxies under test: only the gateway's CPU and
+memory are counted.
+
 Added latency, fairly: for every event the lab records when it handed it to its server
 (ground truth, ``--record``); the client stamps its arrival. Both are wall-clock instants on
 one machine, so ``arrival - written`` is the path's delivery latency per event, whatever the
@@ -55,13 +62,15 @@ BENCH_KEY = "sk-bench-local-only"  # LiteLLM's proxy refuses to start without a 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def wait_ready(url: str, timeout: float = 60.0) -> None:
+def wait_ready(url: str, timeout: float = 60.0, cafile: Path | None = None) -> None:
+    import ssl
     import urllib.request
 
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile is not None else None
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(url, timeout=2, context=context):
                 return
         except OSError:
             if time.monotonic() > deadline:
@@ -126,12 +135,15 @@ def children_cpu(process: Process) -> tuple[float, float]:
     return user, system
 
 
-def start(name: str, argv: list[str], base_url: str, ready: str, env: dict[str, str]) -> Process:
+def start(
+    name: str, argv: list[str], base_url: str, ready: str, env: dict[str, str],
+    cafile: Path | None = None,
+) -> Process:  # fmt: skip
     log = open(Path(env["BENCH_DIR"]) / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
     popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     process = Process(name, popen, base_url)
     try:
-        wait_ready(ready)
+        wait_ready(ready, cafile=cafile)
     except RuntimeError:
         process.stop()
         raise
@@ -153,21 +165,47 @@ def start_lab(work: Path, env: dict[str, str], step_ms: float, tokens: int) -> P
     return start("lab", argv, f"{url}/v1", f"{url}/healthz", env)
 
 
-def start_gateway(env: dict[str, str], lab: Process) -> Process:
+def start_gateway(
+    env: dict[str, str], lab: Process, upstream: str | None = None, name: str = "gateway"
+) -> Process:
+    """The gateway in front of ``upstream`` (the lab's base URL unless given)."""
     port = free_port()
-    argv = [sys.executable, "-c", _CLI, "gateway", "--upstream", lab.base_url, "--port", str(port)]
+    upstream = upstream or lab.base_url
+    argv = [sys.executable, "-c", _CLI, "gateway", "--upstream", upstream, "--port", str(port)]
     if os.environ.get("BENCH_GATEWAY_ARGV"):  # e.g. a profiler around the same gateway
-        argv = [*os.environ["BENCH_GATEWAY_ARGV"].split(), lab.base_url, str(port)]
+        argv = [*os.environ["BENCH_GATEWAY_ARGV"].split(), upstream, str(port)]
     url = f"http://127.0.0.1:{port}"
-    return start("gateway", argv, f"{url}/v1", f"{url}/healthz", env)
+    return start(name, argv, f"{url}/v1", f"{url}/healthz", env)
 
 
-def start_nginx(work: Path, env: dict[str, str], lab: Process, binary: str) -> Process:
+def self_signed(work: Path) -> tuple[Path, Path]:
+    """A throwaway certificate and key for 127.0.0.1 and localhost, valid one day."""
+    cert, key = work / "front-cert.pem", work / "front-key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def start_nginx(
+    work: Path, env: dict[str, str], lab: Process, binary: str,
+    name: str = "nginx", tls: tuple[Path, Path] | None = None,
+) -> Process:  # fmt: skip
+    """nginx before the lab, plain or (``tls``: certificate and key) HTTPS to its clients."""
     port = free_port()
     lab_host = lab.base_url.removeprefix("http://").removesuffix("/v1")
-    prefix = work / "nginx"
+    prefix = work / name
     (prefix / "logs").mkdir(parents=True, exist_ok=True)
     conf = prefix / "nginx.conf"
+    listen = f"listen 127.0.0.1:{port};"
+    if tls is not None:
+        listen = (
+            f"listen 127.0.0.1:{port} ssl;\n    ssl_certificate {tls[0]};\n"
+            f"    ssl_certificate_key {tls[1]};"
+        )
     conf.write_text(
         f"""worker_processes 1;
 pid {prefix}/nginx.pid;
@@ -182,7 +220,7 @@ http {{
   scgi_temp_path {prefix}/scgi;
   upstream lab {{ server {lab_host}; keepalive 512; }}
   server {{
-    listen 127.0.0.1:{port};
+    {listen}
     location / {{
       proxy_pass http://lab;
       proxy_http_version 1.1;
@@ -196,8 +234,9 @@ http {{
         encoding="utf-8",
     )
     argv = [binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"]
-    url = f"http://127.0.0.1:{port}"
-    return start("nginx", argv, f"{url}/v1", f"{url}/healthz", env)
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    cafile = tls[0] if tls is not None else None
+    return start(name, argv, f"{url}/v1", f"{url}/healthz", env, cafile)
 
 
 def start_litellm(work: Path, env: dict[str, str], lab: Process, binary: str) -> Process:
@@ -362,7 +401,8 @@ def measure(
     streams: int, tokens: int, ramp_s: float,
 ) -> PhaseResult:  # fmt: skip
     label = f"{path}-{streams}-{time.monotonic_ns()}"
-    own_before = added_buckets(proxy) if path == "gateway" and proxy is not None else None
+    gateway = proxy if path.startswith("gateway") else None  # its own histogram, too
+    own_before = added_buckets(gateway) if gateway is not None else None
     idle_rss = proxy.rss_bytes() if proxy is not None else 0
     peak_rss = idle_rss
     cpu_before = children_cpu(proxy) if proxy is not None else (0.0, 0.0)
@@ -427,6 +467,8 @@ def main() -> None:
                     processes[path] = start_gateway(env, lab)
                 elif path == "nginx":
                     processes[path] = start_nginx(work, env, lab, args.nginx)
+                elif path in ("gateway-front", "gateway-tls"):
+                    processes[path] = start_fronted(path, work, env, lab, args.nginx, processes)
                 elif path == "litellm":
                     if args.litellm is None:
                         raise RuntimeError("no --litellm command given")
@@ -454,6 +496,20 @@ def main() -> None:
     print(f"logs and truth in {work}")
 
 
+def start_fronted(
+    path: str, work: Path, env: dict[str, str], lab: Process, binary: str,
+    processes: dict[str, Process],
+) -> Process:  # fmt: skip
+    """The gateway behind an nginx front to the lab: plain (``gateway-front``) or HTTPS
+    (``gateway-tls``). The front goes into ``processes`` (before the gateway, which stops
+    first) but is never measured."""
+    tls = self_signed(work) if path == "gateway-tls" else None
+    front_name = "front-tls" if tls else "front"
+    front = processes[front_name] = start_nginx(work, env, lab, binary, front_name, tls)
+    gateway_env = {**env, "SSL_CERT_FILE": str(tls[0])} if tls else env
+    return start_gateway(gateway_env, lab, front.base_url, path)
+
+
 def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
     direct = {r.streams: r for r in results if r.path == "direct"}
     print()
@@ -478,7 +534,7 @@ def report(results: list[PhaseResult], skipped: dict[str, str]) -> None:
         )
     for path, why in skipped.items():
         print(f"skipped {path}: {why}")
-    for line in against_nginx(results):
+    for line in against_nginx(results) + tls_upstream(results):
         print(line)
 
 
@@ -499,6 +555,25 @@ def against_nginx(results: list[PhaseResult]) -> list[str]:
             f"{streams} streams: gateway/nginx events per CPU-second {ratio:.2f} (target >= 0.5, "
             f"{'met' if ratio >= 0.5 else 'not met'}); added p99 {over:+.1f} ms over nginx's "
             f"(target <= +3 ms, {'met' if over <= 3 else 'not met'})"
+        )
+    return lines
+
+
+def tls_upstream(results: list[PhaseResult]) -> list[str]:
+    """Issue 25's target, where both fronted gateways ran at the same concurrency: with TLS to
+    its upstream the gateway relays at least 85 % of the events per CPU-second it does without."""
+    found = {(r.path, r.streams): r for r in results}
+    lines = []
+    for (path, streams), tls in found.items():
+        plain = found.get(("gateway-front", streams))
+        if path != "gateway-tls" or plain is None:
+            continue
+        if not (tls.proxy_cpu_s and plain.proxy_cpu_s):
+            continue
+        ratio = (tls.events / tls.proxy_cpu_s) / (plain.events / plain.proxy_cpu_s)
+        lines.append(
+            f"{streams} streams: TLS upstream: gateway-tls/gateway-front events per CPU-second "
+            f"{ratio:.2f} (target >= 0.85, {'met' if ratio >= 0.85 else 'not met'})"
         )
     return lines
 

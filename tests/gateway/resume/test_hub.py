@@ -176,7 +176,7 @@ async def test_a_responses_stream_is_found_by_its_response_id() -> None:
     live = hub.open("responses", "t")
     created = b'{"type":"response.created","sequence_number":0,"response":{"id":"resp_1"}}'
     live.tee.stamp(b"event: response.created\ndata: " + created + b"\n\n")
-    assert await hub.stream_of_response("resp_1") == live.stream_id
+    assert await hub.stream_of_response("t", "resp_1") == live.stream_id
     assert live.tee.watch is None  # found: no more looking
 
 

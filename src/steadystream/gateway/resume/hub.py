@@ -30,6 +30,7 @@ from steadystream.gateway.resume.log import StreamLog
 from steadystream.gateway.resume.store import Claim, EventStore, MemoryStore, StreamInfo
 
 __all__ = [
+    "CANCELLED_ENDS",
     "REFUSED",
     "RESPONSE_ID",
     "STREAM_ID_HEADER",
@@ -41,6 +42,12 @@ __all__ = [
 
 STREAM_ID_HEADER = "X-Steadystream-Stream-Id"
 REFUSED = "refused"  # how a stream ends that never started (its request got an error)
+# The ends the gateway makes by cutting a stream (gateway/relay.py): its events then have no
+# end of their own, and a reader who reads them again is told why (resume/routes.py).
+CANCELLED_ENDS = {
+    "cancelled": "by DELETE or the Responses cancel, or no reader came back within resume.grace",
+    "client-stuck": "its reader stopped reading (limits.stuck_timeout)",
+}
 _ELSEWHERE_RECHECK_NS = 1_000_000_000  # a reader on another process marks itself each second
 _WATCHED_EVENTS = 8  # a response.created comes first, or after a few keepalives at most
 # What a response id may be to name its stream (a key in the store, a part of a path).
@@ -56,6 +63,14 @@ def idempotency_key(tenant: str, path: str, key: str) -> str:
     (a client's key may be anything, secrets included)."""
     digest = hashlib.sha256(f"{tenant}\0{path}\0{key}".encode()).hexdigest()
     return digest[:40]
+
+
+def _response_name(tenant: str, response_id: str) -> str:
+    """The name a Responses API response's id is kept under: scoped by tenant, since a
+    client may pick it (a translated response's id is made from the ``X-Request-Id``) and
+    must not take another tenant's."""
+    digest = hashlib.sha256(f"{tenant}\0{response_id}".encode()).hexdigest()
+    return f"r{digest[:40]}"
 
 
 class StreamTee:
@@ -140,10 +155,11 @@ class LiveStream:
 
     def stop(self) -> bool:
         """Cancel the generation now (``DELETE``); False when it is over already."""
-        if not self.running or self.cancel is None:
+        cancel, self.cancel = self.cancel, None  # (once: a second DELETE is told it is over)
+        if not self.running or cancel is None:
             return False
         self._stop_grace()
-        self.cancel()
+        cancel()
         return True
 
     def ended(self, how: str) -> None:
@@ -195,7 +211,7 @@ class LiveStream:
                     continue
                 # (a name of a few safe characters: a key in the store, a path's part)
                 if isinstance(response_id, str) and RESPONSE_ID.fullmatch(response_id):
-                    self.hub.alias(response_id, self.stream_id)
+                    self.hub.alias(self.info.tenant, response_id, self.stream_id)
                     tee.watch = None
                     return
         if tee.next_id > _WATCHED_EVENTS:
@@ -258,16 +274,18 @@ class StreamHub:
         self.live[stream_id] = live
         return live
 
-    def alias(self, name: str, stream_id: str) -> None:
+    def alias(self, tenant: str, response_id: str, stream_id: str) -> None:
+        name = _response_name(tenant, response_id)
         self.local.alias(name, stream_id)
         if self.shared is not None:
             self.shared.alias(name, stream_id)
 
-    async def stream_of_response(self, response_id: str) -> str | None:
-        """The stream of a Responses API response, by its id."""
-        found = await self.local.resolve(response_id)
+    async def stream_of_response(self, tenant: str, response_id: str) -> str | None:
+        """The stream of one of ``tenant``'s Responses API responses, by its id."""
+        name = _response_name(tenant, response_id)
+        found = await self.local.resolve(name)
         if found is None and self.shared is not None:
-            found = await self.shared.resolve(response_id)
+            found = await self.shared.resolve(name)
         return found
 
     async def read_elsewhere(self, stream_id: str) -> bool:

@@ -20,22 +20,30 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import orjson
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from steadystream._api_errors import ApiError, json_response
+from steadystream._api_errors import ApiError, ErrorShape, json_response
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.gateway.events import KEEPALIVE
 from steadystream.gateway.requests import error_shape, new_request_id
-from steadystream.gateway.resume.hub import RESPONSE_ID, STREAM_ID_HEADER, StreamHub
+from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.gateway.resume.store import StreamInfo
 from steadystream.gateway.state import GatewayState
 
-__all__ = ["LAST_EVENT_ID", "join", "last_event_id", "resume_routes", "serve_replay"]
+__all__ = [
+    "LAST_EVENT_ID",
+    "join",
+    "last_event_id",
+    "last_event_id_of",
+    "resume_routes",
+    "serve_replay",
+]
 
 T = TypeVar("T")
 
@@ -69,6 +77,20 @@ def last_event_id(value: str | None, name: str = "Last-Event-ID") -> int:
     return int(value)
 
 
+def last_event_id_of(headers: Headers) -> int:
+    """The request's ``Last-Event-ID`` (:func:`last_event_id`). Sent more than once with
+    different values it is a 400: either guess would give events twice or lose some."""
+    values = headers.getlist(LAST_EVENT_ID)
+    if len(set(values)) > 1:
+        raise ApiError(
+            400,
+            f"Last-Event-ID: sent {len(values)} times with different values; send the id of"
+            " the last event read, once",
+            param="Last-Event-ID",
+        )
+    return last_event_id(values[0] if values else None)
+
+
 def _shown(value: str) -> str:
     """``value`` as an error may quote it: short, and only in a safe alphabet."""
     if _SAFE.fullmatch(value):
@@ -89,16 +111,23 @@ def _unknown(stream_id: str) -> StreamGone:
     return StreamGone("unknown", f"no stream {_shown(stream_id)} is kept for this caller")
 
 
+def _tenant(state: GatewayState, request: Request) -> str:
+    """The caller's tenant (401 when the key is no gateway key)."""
+    return state.auth.tenant_for(gateway_key(request.headers, request.url.path)).name
+
+
 async def _find(
-    state: GatewayState, hub: StreamHub, request: Request, stream_id: str
+    state: GatewayState, hub: StreamHub, tenant: str, stream_id: str, asked: str | None = None
 ) -> StreamInfo:
-    """The caller's stream ``stream_id``; 410 (unknown) when there is none of theirs."""
-    tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
+    """The caller's stream ``stream_id``; 410 (unknown) when there is none of theirs. The
+    error quotes ``asked``, the name the caller used (default ``stream_id``): never a name
+    the caller did not send (another tenant's stream id is a secret of theirs)."""
+    asked = stream_id if asked is None else asked
     if not _STREAM_ID.fullmatch(stream_id):
-        raise gone(_unknown(stream_id), stream_id)
+        raise gone(_unknown(asked), asked)
     info = await _info_soon(state, hub, stream_id)
-    if info is None or info.tenant != tenant.name:
-        raise gone(_unknown(stream_id), stream_id)
+    if info is None or info.tenant != tenant:
+        raise gone(_unknown(asked), asked)
     return info
 
 
@@ -114,9 +143,10 @@ async def serve_replay(
     *,
     after_sequence: int | None = None,
 ) -> None:
-    """Send stream ``info``'s events after event ``after`` (or, for the Responses API,
-    after ``sequence_number`` ``after_sequence``), then the live ones, until it ends."""
-    shape = error_shape("/v1/messages" if info.route == "messages" else "/v1")
+    """Send stream ``info``'s events after event ``after`` (for the Responses API, only
+    those after ``sequence_number`` ``after_sequence`` too), then the live ones, until it
+    ends."""
+    shape = _shape_of(info)
     limits = state.config.limits
     stream_id = info.stream_id
     try:
@@ -168,6 +198,16 @@ async def serve_replay(
         except StreamGone as exc:  # dropped while it was read: say so, in the stream
             body = _in_band_gone(exc, info.route)
             await send({"type": "http.response.body", "body": body, "more_body": True})
+        else:
+            # A stream the gateway cut (DELETE, the grace, a stuck client) has no end of its
+            # own in its events: without a word the reader would take the partial for whole.
+            ended = await hub.info(stream_id)
+            why = None if ended is None else CANCELLED_ENDS.get(ended.ended or "")
+            if why is not None:
+                body = _in_band_error(
+                    f"the stream was cancelled: {why}", "stream_cancelled", info.route
+                )
+                await send({"type": "http.response.body", "body": body, "more_body": True})
         done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -203,10 +243,16 @@ def _after_sequence(chunk: bytes, sequence: int) -> bytes:
 def _in_band_gone(error: StreamGone, route: str) -> bytes:
     """A reader cut off mid-replay learns why in an SSE error event it reads."""
     message = f"the stream cannot be resumed further ({error.reason}): {error.message}"
+    return _in_band_error(message, error.reason, route)
+
+
+def _in_band_error(message: str, code: str, route: str) -> bytes:
+    """An SSE error event in the route's shape (no ``id:``: it is no event of the stream)."""
+    payload: dict[str, object]
     if route == "messages":
         payload = {"type": "error", "error": {"type": "api_error", "message": message}}
-        return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
-    payload = {"error": {"message": message, "type": "server_error", "code": error.reason}}
+    else:
+        payload = {"error": {"message": message, "type": "server_error", "code": code}}
     return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
@@ -224,10 +270,14 @@ async def join(
     The key is bound before the stream's first write reaches a shared store (the writes go
     in batches): a stream the key names but the store does not know yet is looked for again
     (:func:`_info_soon`)."""
+    shape = error_shape(request.url.path)
+    try:
+        after = last_event_id_of(request.headers)
+    except ApiError as exc:  # (a 400 here, not an exception up to the POST's route: a 500)
+        await exc.response(shape=shape)(scope, receive, send)
+        return
     info = await _info_soon(state, hub, stream_id)
-    after = last_event_id(request.headers.get(LAST_EVENT_ID))
     if info is None:
-        shape = error_shape(request.url.path)
         await gone(_unknown(stream_id), stream_id).response(shape=shape)(scope, receive, send)
         return
     await serve_replay(state, hub, info, after, "idempotency", scope, receive, send)
@@ -265,18 +315,21 @@ class _Streams:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         stream_id = request.path_params["stream_id"]
+        shape = error_shape("/v1")  # (the stream's route's, once it is found)
         try:
-            info = await _find(self.state, self.hub, request, stream_id)
+            tenant = _tenant(self.state, request)
+            info = await _find(self.state, self.hub, tenant, stream_id)
+            shape = _shape_of(info)
             if request.method == "DELETE":
                 response = await _cancel(self.hub, info)
             else:
-                after = last_event_id(request.headers.get(LAST_EVENT_ID))
+                after = last_event_id_of(request.headers)
                 await serve_replay(
                     self.state, self.hub, info, after, "stream", scope, receive, send
                 )
                 return
         except ApiError as exc:
-            response = exc.response()
+            response = exc.response(shape=shape)
         await response(scope, receive, send)
 
 
@@ -291,13 +344,16 @@ class _Responses:
         request = Request(scope, receive)
         response_id = request.path_params["response_id"]
         try:
+            tenant = _tenant(self.state, request)
             if not RESPONSE_ID.fullmatch(response_id):
                 raise gone(_unknown(response_id), response_id)
             hub = self.hub
-            stream_id = await _soon(self.state, hub, lambda: hub.stream_of_response(response_id))
+            stream_id = await _soon(
+                self.state, hub, lambda: hub.stream_of_response(tenant, response_id)
+            )
             if stream_id is None:
                 raise gone(_unknown(response_id), response_id)
-            info = await _find(self.state, self.hub, request, stream_id)
+            info = await _find(self.state, self.hub, tenant, stream_id, response_id)
             if request.method == "POST":
                 response = await _cancel(self.hub, info)
             else:
@@ -310,16 +366,31 @@ class _Responses:
                     )
                 sequence = request.query_params.get("starting_after")
                 after_sequence = None
+                if sequence == "":  # (not 0: that is a number, response.created's)
+                    raise ApiError(
+                        400,
+                        "starting_after: empty; a sequence_number, or leave it out for the"
+                        " whole stream",
+                        param="starting_after",
+                    )
                 if sequence is not None:
                     after_sequence = last_event_id(sequence, "starting_after")
+                # An EventSource that reconnects sends the URL it began with (its
+                # starting_after) and the id it read last: the later of the two holds.
+                after = last_event_id_of(request.headers)
                 await serve_replay(
-                    self.state, self.hub, info, 0, "responses", scope, receive, send,
+                    self.state, self.hub, info, after, "responses", scope, receive, send,
                     after_sequence=after_sequence,
                 )  # fmt: skip
                 return
         except ApiError as exc:
             response = exc.response()
         await response(scope, receive, send)
+
+
+def _shape_of(info: StreamInfo) -> ErrorShape:
+    """The error shape the clients of ``info``'s route read."""
+    return error_shape("/v1/messages" if info.route == "messages" else "/v1")
 
 
 async def _cancel(hub: StreamHub, info: StreamInfo) -> Response:

@@ -170,6 +170,9 @@ class MemoryStore:
 
     def alias(self, name: str, stream_id: str) -> None:
         if stream_id in self._streams and stream_id not in self._aliases_of:
+            older = self._aliases.get(name)
+            if older is not None:  # (the name moves to the newer stream)
+                self._aliases_of.pop(older, None)
             self._aliases[name] = stream_id
             self._aliases_of[stream_id] = name
 
@@ -196,7 +199,8 @@ class MemoryStore:
             self._forget(stream_id, why="expired")
 
     def forget(self, stream_id: str) -> None:
-        """Let go of a stream and its idempotency keys now."""
+        """Let go of a stream and its idempotency keys now: its request was refused (a
+        reader who joined it meanwhile is told so)."""
         self._forget(stream_id)
 
     def _forget(self, stream_id: str, *, why: str | None = None) -> None:
@@ -206,7 +210,7 @@ class MemoryStore:
         self._ended.pop(stream_id, None)
         found = self._streams.pop(stream_id, None)
         if found is not None:
-            found[1].drop(_evicted() if why == "evicted" else _expired())
+            found[1].drop(_GONE_BY[why]())
             if why is not None:
                 self._remember_gone(found[0], why)
         if why != "evicted":
@@ -237,3 +241,15 @@ def _evicted() -> StreamGone:  # (a new one each time: a raised one holds its tr
         "evicted",
         "resume.max_streams streams were kept; the stream was let go to make room for newer ones",
     )
+
+
+def _refused() -> StreamGone:
+    return StreamGone(
+        "unresumable",
+        "the request got an error before its stream began: nothing was streamed (sending it"
+        " again is a new request)",
+    )
+
+
+# Why a stream's log is dropped, by why it was let go (None: its request was refused).
+_GONE_BY = {"evicted": _evicted, "expired": _expired, None: _refused}
