@@ -365,12 +365,21 @@ class _Generation:
             )
         digest = hashlib.sha256(body).hexdigest()[:32]
         name = idempotency_key(tenant, API_PATHS[self.route], key)
-        held = await hub.claim(name, Claim(stream_id, digest))
+        claim = Claim(stream_id, digest)
+        held = await hub.claim(name, claim)
         if held is None:
             return None
         info = await hub.info(held.stream_id)
         if info is not None and info.ended == REFUSED:
-            return None  # the first was refused (it got the error): this one is tried anew
+            # The first was refused (it got the error): this one is tried anew, and the key
+            # names it now, so that a repeat of this one joins it.
+            refused = held
+            held = await hub.claim(name, claim, replacing=refused)
+            if held is None:
+                return None
+            info = await hub.info(held.stream_id)
+            if info is not None and info.ended == REFUSED:
+                return None  # (refused too, meanwhile: tried anew, once more)
         if held.body != digest:
             return ApiError(
                 409,

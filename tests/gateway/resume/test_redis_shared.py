@@ -15,6 +15,7 @@ import orjson
 import pytest
 import redis
 
+from steadystream._processes import free_port
 from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
 from tests.support.gateway import (
@@ -290,3 +291,47 @@ def test_the_same_idempotency_key_from_two_tenants_never_joins(
     assert mine.stream_id != theirs.stream_id
     assert theirs.text == "".join(answer(truths[1]))  # its own generation
     assert mine.text == "".join(answer(truths[0]))
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_key_whose_request_was_refused_names_the_retry_so_a_repeat_joins_it(
+    redis_server: RedisServer, store: str
+) -> None:
+    # The first request is refused (its upstream is not up yet); the retry runs, and a
+    # repeat of the retry joins it: the key must name the retry now, not the refused one,
+    # or every repeat starts a generation of its own.
+    port = free_port()
+    entry = {"name": "late", "base_url": f"http://127.0.0.1:{port}/v1"}
+    url = "memory" if store == "memory" else redis_server.url
+    body = chat_body(40)
+    key = {"Idempotency-Key": "k-late"}
+    with gateways(2, entry, url, failover={"before_first_token": False}) as (one, two):
+        refused = read_stream(one.url, "POST", CHAT, body, {**key, "X-Request-Id": "late-0"})
+        if store == "redis":  # (the refusal reaches Redis with the writer's next batch)
+            client = redis.Redis.from_url(redis_server.url)
+
+            def refusal_kept() -> bool | None:
+                bound = [client.get(name) for name in client.scan_iter("ss:k:*")]
+                named = [value.split()[0].decode() for value in bound if value]
+                ended = [client.hget(f"ss:{stream}:m", "ended") for stream in named]
+                return True if ended and all(ended) else None
+
+            try:
+                wait_for(refusal_kept, what="the refusal in Redis")
+            finally:
+                client.close()
+        with LabServer("steady", port=port) as lab:
+            retry = read_stream(
+                one.url, "POST", CHAT, body, {**key, "X-Request-Id": "late-1"}, leave_after=3
+            )
+            repeat = read_stream(
+                two.url if store == "redis" else one.url, "POST", CHAT, body,
+                {**key, "X-Request-Id": "late-2", "Last-Event-ID": retry.last_id},
+            )  # fmt: skip
+            truth = finished_truth(lab, "late-1")
+            third = lab.truth("late-2")
+    assert refused.status == 502
+    assert retry.status == repeat.status == 200
+    assert repeat.stream_id == retry.stream_id  # joined
+    assert third is None  # one generation for the two
+    assert retry.text + repeat.text == "".join(answer(truth))

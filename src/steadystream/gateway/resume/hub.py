@@ -326,11 +326,14 @@ class StreamHub:
             return self.local
         return self.shared
 
-    async def claim(self, key: str, claim: Claim) -> Claim | None:
+    async def claim(
+        self, key: str, claim: Claim, *, replacing: Claim | None = None
+    ) -> Claim | None:
         """Bind an idempotency key (in the shared store too, so another worker's repeat of
-        the request joins this one): None when bound now, or the claim it had."""
+        the request joins this one): None when bound now, or the claim it had; a binding to
+        ``replacing`` (a refused request's) is replaced."""
         store: EventStore = self.local if self.shared is None else self.shared
-        return await store.claim(key, claim)
+        return await store.claim(key, claim, replacing=replacing)
 
     def health(self) -> dict[str, object]:
         """What ``/healthz`` says of resume: the store, and whether it takes writes."""

@@ -104,6 +104,7 @@ class RedisStore:
             client = redis.Redis(connection_pool=pool)
         self._redis: Any = client
         self._write = client.register_script(_WRITE)
+        self._claim = client.register_script(_CLAIM)
         self._refreshed: dict[str, int] = {}  # when a live stream's keys' TTL was last set
         self.up = True
         self.on_cancel: Callable[[str], None] | None = None  # the hub's: cancel a stream here
@@ -350,13 +351,15 @@ class RedisStore:
         if last is not None and after >= int(last):
             raise StreamGone("unknown", f"the stream has sent no event {after}")
 
-    async def claim(self, key: str, claim: Claim) -> Claim | None:
+    async def claim(
+        self, key: str, claim: Claim, *, replacing: Claim | None = None
+    ) -> Claim | None:
         name = f"ss:k:{key}"
         value = f"{claim.stream_id} {claim.body}"
+        old = "" if replacing is None else f"{replacing.stream_id} {replacing.body}"
         async with asyncio.timeout(_COMMAND_S):
-            if await self._redis.set(name, value, nx=True, px=self.ttl_ms):
-                return None
-            held = await self._redis.get(name)
+            # One script: bound, or replaced, or the binding it has, with nothing between.
+            held = await self._claim(keys=[name], args=[value, self.ttl_ms, old])
         if held is None:
             return None
         stream_id, _, body = held.decode().partition(" ")
@@ -454,6 +457,18 @@ while pos <= size do
   end
 end
 return size
+"""
+
+
+# Bind an idempotency key unless bound (nil), or replace the binding ARGV[3] (a refused
+# request's; "" for none); else the binding it has.
+_CLAIM = """
+local held = redis.call('GET', KEYS[1])
+if (not held) or (ARGV[3] ~= '' and held == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return false
+end
+return held
 """
 
 

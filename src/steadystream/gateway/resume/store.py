@@ -60,9 +60,12 @@ class EventStore(Protocol):
         """Events after ``after``, then live ones, until the end (None: ``idle_ns`` with
         nothing); :class:`StreamGone` when they are not all kept."""
 
-    async def claim(self, key: str, claim: Claim) -> Claim | None:
+    async def claim(
+        self, key: str, claim: Claim, *, replacing: Claim | None = None
+    ) -> Claim | None:
         """Bind an idempotency key to ``claim`` unless it is bound: None (bound now), or the
-        claim it had."""
+        claim it had. With ``replacing``, a binding to that claim (a request that was refused)
+        is replaced, at once: of two repeats, one binds and the other joins it."""
 
     def alias(self, name: str, stream_id: str) -> None:
         """Another name of the stream (a Responses API response's id)."""
@@ -159,11 +162,17 @@ class MemoryStore:
             raise StreamGone("unknown", "no such stream is kept")
         return follow(found[1], after, self.clock, idle_ns)
 
-    async def claim(self, key: str, claim: Claim) -> Claim | None:
+    async def claim(
+        self, key: str, claim: Claim, *, replacing: Claim | None = None
+    ) -> Claim | None:
         self.sweep()
         held = self._claims.get(key)
         if held is not None:
-            return held[0]
+            if replacing is None or held[0] != replacing:
+                return held[0]
+            keys = self._claims_of.get(held[1], [])
+            if key in keys:
+                keys.remove(key)
         self._claims[key] = (claim, claim.stream_id)
         self._claims_of.setdefault(claim.stream_id, []).append(key)
         return None
