@@ -8,7 +8,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from steadystream._exceptions import SpecError
+from steadystream._exceptions import SpecError, TimelineFormatError
 from steadystream._types import EventKind, Outcome
 from steadystream.bench.disconnect import (
     DisconnectPolicy,
@@ -20,6 +20,7 @@ from steadystream.bench.disconnect import (
 )
 from steadystream.cli import _register, app
 from steadystream.files import write_jsonl
+from steadystream.protocol import SseItem
 from steadystream.protocol.sse import SseDecoder
 from steadystream.timeline import Timeline
 
@@ -88,7 +89,7 @@ def test_the_resume_request_keeps_credentials_and_names_the_last_event() -> None
     assert "Last-Event-ID" not in resume_headers(headers, None)
 
 
-def _items(wire: bytes) -> list:
+def _items(wire: bytes) -> list[SseItem]:
     return SseDecoder().feed(wire)
 
 
@@ -107,7 +108,7 @@ def test_ids_that_are_not_numbers_are_not_judged() -> None:
     assert (ids.last, ids.lost, ids.doubled) == ("2", 0, 0)
 
 
-def _timeline(times_ms: list[float], reconnects: list | None) -> Timeline:
+def _timeline(times_ms: list[float], reconnects: list[object] | None) -> Timeline:
     events = [(int(t * MS), "x", 1, EventKind.CONTENT) for t in times_ms]
     timeline = Timeline.from_events(events, stream_id="s", outcome=Outcome.COMPLETE)
     if reconnects is not None:
@@ -133,14 +134,6 @@ def test_the_felt_gap_runs_from_the_last_text_before_the_drop_to_the_first_after
     assert reconnect_summary([_timeline([1, 2], None)]) is None
 
 
-def test_a_hand_edited_reconnect_entry_is_not_trusted() -> None:
-    summary = reconnect_summary(
-        [_timeline([1, 2, 3], ["junk", {"dropped_ms": "x", "first_ms": 2, "lost": -4}])]
-    )
-    assert summary is not None
-    assert (summary.reconnects, summary.lost, summary.felt_gap_ms) == (1, 0, ())
-
-
 def _reconnected_run(tmp_path: Path, *, lost: int) -> Path:
     back = Reconnect(dropped_ns=105 * MS, last_event_id="3", asked_ns=405 * MS)
     back.first_ns, back.status, back.lost = 410 * MS, 200, lost
@@ -162,3 +155,140 @@ def test_analyze_says_what_the_returning_readers_felt(tmp_path: Path) -> None:
     assert reconnects["felt_gap_max_s"] == pytest.approx(0.31)
     plain = runner.invoke(app, ["analyze", str(_reconnected_run(tmp_path, lost=0)), "--json"])
     assert orjson.loads(plain.output)["reconnects"]["not_resumed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "empty"),
+        ("  ", "empty"),
+        ("after=40tok,", "empty field"),
+        ("after=40", "after='40' needs a unit"),  # 40 chunks or 40 seconds? say which
+        ("after=-1s", "after='-1s'"),
+        ("after=40tok,back=-1s", "--disconnect back"),
+        ("after=40tok,back=1e9s", "back='1e9s'"),
+        ("after=1e9s", "after='1e9s'"),
+        ("after=10000001tok", "after='10000001tok'"),
+        ("after=" + "9" * 5000 + "tok", "characters long"),  # never Python's int limit
+        ("after=４０tok", "after='４０tok'"),  # fullwidth digits: not read as 40
+        ("after=40tok,share=١", "share='١'"),
+        ("after=40tok,share=25%", "share='25%'"),
+        ("after=40tok,share=-0.1", "share='-0.1'"),
+    ],
+)
+def test_a_hostile_spec_gets_one_clear_line(text: str, words: str) -> None:
+    with pytest.raises(SpecError, match="--disconnect") as caught:
+        DisconnectPolicy.parse(text)
+    message = str(caught.value)
+    assert words in message
+    assert len(message) < 300  # a long spec is not echoed whole
+
+
+def test_odd_but_meaningful_specs_do_what_the_docs_say() -> None:
+    assert DisconnectPolicy.parse("after=40tok,back=2").plan.back_ns == 2_000 * MS  # seconds
+    assert DisconnectPolicy.parse("after=0tok,back=0s").plan.back_ns == 0  # at once
+    assert DisconnectPolicy.parse("after=1.5s").plan.after.after_ns == 1_500 * MS
+    assert DisconnectPolicy.parse("AFTER=40TOK , Share=1").plan.after.after_tokens == 40
+    assert DisconnectPolicy.parse("after=40tok,back=1h").plan.back_ns == 3_600_000 * MS
+
+
+def _entry(**changes: object) -> dict[str, object]:
+    back = Reconnect(dropped_ns=25 * MS, last_event_id="3", asked_ns=300 * MS)
+    back.first_ns, back.status, back.replayed = 400 * MS, 200, 2
+    return {**back.as_meta(), **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"lost": "2"}, "lost"),  # read as 0 it would say nothing was lost
+        ({"doubled": 1.5}, "doubled"),
+        ({"lost": True}, "lost"),
+        ({"lost": -1}, "lost"),
+        ({"dropped_ms": "x"}, "dropped_ms"),
+        ({"dropped_ms": float("nan")}, "dropped_ms"),
+        ({"dropped_ms": float("inf")}, "dropped_ms"),
+        ({"first_ms": "x"}, "first_ms"),
+        ({"status": "200"}, "status"),
+        ({"error": 5}, "error"),
+    ],
+)
+def test_a_reconnect_field_of_the_wrong_type_is_named(
+    changes: dict[str, object], field: str
+) -> None:
+    timeline = _timeline([10, 20, 30, 400, 410], [_entry(**changes)])
+    with pytest.raises(TimelineFormatError) as caught:
+        reconnect_summary([timeline])
+    assert caught.value.field == f"meta.reconnects[0].{field}"
+    assert "'s'" in str(caught.value)  # the stream
+
+
+@pytest.mark.parametrize("reconnects", ["x", {"lost": 1}, ["junk"], [5]])
+def test_reconnects_that_are_not_a_list_of_objects_are_named(reconnects: object) -> None:
+    with pytest.raises(TimelineFormatError, match="reconnects"):
+        reconnect_summary([_timeline([1, 2, 3], reconnects)])  # type: ignore[arg-type]
+
+
+def test_a_return_answered_with_an_error_status_is_not_resumed() -> None:
+    # written by another tool: a 410 without an error message, a first event even
+    summary = reconnect_summary([_timeline([10, 20, 30, 400, 410], [_entry(status=410)])])
+    assert summary is not None
+    assert (summary.reconnects, summary.failed) == (1, 1)
+
+
+def test_a_return_whose_stream_then_failed_is_not_whole() -> None:
+    # a record made before the client wrote the error: the stream's outcome says it
+    timeline = _timeline([10, 20, 30, 400], [_entry()])
+    timeline.outcome, timeline.error = Outcome.ERROR, "the stream was cancelled"
+    summary = reconnect_summary([timeline])
+    assert summary is not None
+    assert summary.failed == 1
+
+
+def test_a_drop_before_any_text_is_felt_from_the_request() -> None:
+    early = _entry(dropped_ms=3.0, last_event_id=None, first_ms=300.0)
+    summary = reconnect_summary([_timeline([300, 310, 320], [early])])
+    assert summary is not None
+    assert summary.felt_gap_ms == (300.0,)  # nothing shown until the first text after
+
+
+def test_analyze_says_nothing_of_reconnects_when_there_were_none(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, [_timeline([10, 20, 30], None)])
+    shown = runner.invoke(app, ["analyze", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert "reconnect" not in shown.output
+    as_json = runner.invoke(app, ["analyze", str(path), "--json"])
+    assert orjson.loads(as_json.output)["reconnects"] is None
+
+
+def test_analyze_counts_many_returns_and_each_failure(tmp_path: Path) -> None:
+    timelines = []
+    for i in range(40):
+        entry = _entry(dropped_ms=25.0, first_ms=400.0 + i)
+        timelines.append(_timeline([10, 20, 400 + i, 450 + i], [entry]))
+        timelines[-1].stream_id = f"s{i}"
+    gone = _entry(first_ms=None, status=410, error="HTTP 410 Gone: expired")
+    timelines.append(_timeline([10, 20], [gone]))
+    timelines[-1].stream_id = "gone"
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, timelines)
+    shown = runner.invoke(app, ["analyze", str(path)])
+    assert shown.exit_code == 0, shown.output
+    line = " ".join(shown.output.split())
+    assert (
+        "reconnects: 41 in 41 streams, not whole: 0 events lost, 0 doubled, 1 not resumed" in line
+    )
+    assert "worst 419" in line  # ms: the last return's wait from 20 ms to 439 ms
+    summary = orjson.loads(runner.invoke(app, ["analyze", str(path), "--json"]).output)
+    assert summary["reconnects"]["reconnects"] == 41
+    assert summary["reconnects"]["not_resumed"] == 1
+
+
+def test_analyze_names_a_bad_reconnect_field_without_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, [_timeline([10, 20, 400], [_entry(lost="2")])])
+    shown = runner.invoke(app, ["analyze", str(path)])
+    assert shown.exit_code == 2, shown.output
+    assert "meta.reconnects[0].lost" in shown.output
+    assert shown.exception is None or isinstance(shown.exception, SystemExit)

@@ -256,7 +256,8 @@ class StreamClient:
             if limit is not None and state.count_tokens(items, limit):
                 # Stopping closes the connection: the server sees the client leave now.
                 if drop_after is not None:
-                    state.dropped = True
+                    # (a stream that ended in this read leaves nothing to come back for)
+                    state.dropped = not recorder.ended
                 else:
                     state.finish(self.clock.now_ns(), Outcome.CANCELLED, state.cancel_reason())
                 return True
@@ -304,15 +305,16 @@ class StreamClient:
         target = self.target._replace(
             path=resume_path(self.target.path, self.endpoint.path, stream_id)
         )
-        again = await connection_type().open(
-            target,
-            clock,
-            self.stamps,
-            connect_timeout_s=self.connect_timeout_s,
-            read_timeout_s=self.read_timeout_s,
-            resolve=self.resolve,
-        )
+        again: StampedConnection | None = None
         try:
+            again = await connection_type().open(
+                target,
+                clock,
+                self.stamps,
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=self.read_timeout_s,
+                resolve=self.resolve,
+            )
             reconnect.asked_ns = await again.send("GET", resume_headers(headers, ids.last))
             reconnect.asked_ns -= state.sent_ns
             head = await again.head()
@@ -327,9 +329,19 @@ class StreamClient:
             state.start_recording().reconnected()
             state.returned = reconnect
             state.end_ns = await self._read(again, state)
+            # A return that brings the events kept and then an error (a stream the gateway
+            # cut while no one read) is no clean reconnect: its entry says why.
+            state.finish(state.end_ns, None, None)
+            assert state.timeline is not None
+            if state.timeline.outcome is not Outcome.COMPLETE:
+                reconnect.error = f"the stream after the return: {state.timeline.error}"
+        except (UpstreamError, ProtocolError) as exc:
+            reconnect.error = str(exc)
+            raise
         finally:
             reconnect.lost, reconnect.doubled = ids.lost - lost, ids.doubled - doubled
-            again.close()
+            if again is not None:
+                again.close()
 
     async def _read_until(
         self, conn: StampedConnection, state: AttemptState, deadline_ns: int

@@ -15,7 +15,8 @@ across each one (:func:`reconnect_summary`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -23,7 +24,8 @@ from urllib.parse import quote
 import numpy as np
 
 from steadystream._clock import NS_PER_MS
-from steadystream._exceptions import SpecError
+from steadystream._exceptions import SpecError, TimelineFormatError
+from steadystream._types import Outcome
 from steadystream._units import parse_duration
 from steadystream.bench.cancel import CancelPoint
 from steadystream.protocol import SseItem
@@ -44,6 +46,10 @@ __all__ = [
 STREAM_ID_HEADER = "x-steadystream-stream-id"  # the gateway names each kept stream
 _DEFAULT_BACK_NS = 2_000 * NS_PER_MS
 _KEYS = ("after", "back", "share")
+_EXAMPLE = "example: after=40tok,back=2s,share=0.25"
+_MAX_SPEC_CHARS = 200
+_MAX_AFTER_TOKENS = 10_000_000
+_MAX_WAIT_NS = 3_600_000 * NS_PER_MS  # an hour: longer than any kept stream is worth a wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +74,21 @@ class DisconnectPolicy:
     @classmethod
     def parse(cls, text: str, *, seed: int = 0) -> DisconnectPolicy:
         """``after=40tok,back=2s,share=0.25`` (``back`` 2 s and ``share`` 1 by default)."""
+        if len(text) > _MAX_SPEC_CHARS:
+            raise SpecError(
+                f"--disconnect: the spec is {len(text)} characters long; it is a few keys"
+                f" ({_EXAMPLE})"
+            )
+        if not text.strip():
+            raise SpecError(f"--disconnect: empty; say when to drop ({_EXAMPLE})")
         fields: dict[str, str] = {}
         for part in text.split(","):
             key, sep, value = part.partition("=")
             key, value = key.strip().lower(), value.strip()
+            if not part.strip():
+                raise SpecError(f"--disconnect: an empty field in {text!r} ({_EXAMPLE})")
             if not sep or not value:
-                raise SpecError(
-                    f"--disconnect: {part.strip()!r} is not key=value"
-                    " (example: after=40tok,back=2s,share=0.25)"
-                )
+                raise SpecError(f"--disconnect: {part.strip()!r} is not key=value ({_EXAMPLE})")
             if key not in _KEYS:
                 raise SpecError(
                     f"--disconnect: unknown key {key!r}; the keys are {', '.join(_KEYS)}"
@@ -86,30 +98,64 @@ class DisconnectPolicy:
             fields[key] = value
         if "after" not in fields:
             raise SpecError("--disconnect: say when to drop, e.g. after=40tok or after=1.5s")
-        try:
-            after = CancelPoint.parse(fields["after"])
-        except SpecError:
-            raise SpecError(
-                f"--disconnect: after={fields['after']!r} is not a point (examples: 40tok, 1.5s)"
-            ) from None
+        after = _drop_point(fields["after"])
         back_ns = _DEFAULT_BACK_NS
         if "back" in fields:
-            back_ns = parse_duration(fields["back"], name="--disconnect back")
+            back_ns = _duration("back", fields["back"])
         share = 1.0
         if "share" in fields:
-            try:
-                share = float(fields["share"])
-            except ValueError:
-                share = float("nan")
-            if not 0.0 <= share <= 1.0:  # (NaN fails too)
-                raise SpecError(
-                    f"--disconnect: share={fields['share']!r} must be a fraction from 0 to 1"
-                )
+            share = _share(fields["share"])
         return cls(DisconnectPlan(after, back_ns), share, seed)
 
     def for_request(self, index: int) -> DisconnectPlan | None:
         draw = np.random.default_rng([self.seed, index, 0xD15C]).random()
         return self.plan if draw < self.share else None
+
+
+def _drop_point(value: str) -> CancelPoint:
+    """``after``: content chunks (``40tok``) or a time (``1.5s``); a bare number is neither."""
+    if value.isascii() and value.replace(".", "", 1).isdigit():
+        chunks = f"{value}tok (content chunks) or " if value.isdigit() else ""
+        raise SpecError(
+            f"--disconnect: after={value!r} needs a unit: {chunks}{value}s (after sending)"
+        )
+    try:
+        after = CancelPoint.parse(value) if value.isascii() else None
+    except SpecError:
+        after = None
+    if after is None:
+        raise SpecError(
+            f"--disconnect: after={value!r} is not a point (examples: 40tok, 1.5s)"
+        ) from None
+    if after.after_tokens is not None and after.after_tokens > _MAX_AFTER_TOKENS:
+        raise SpecError(
+            f"--disconnect: after={value!r} is past any answer (at most {_MAX_AFTER_TOKENS} chunks)"
+        )
+    if after.after_ns is not None:
+        _duration("after", value)  # the same bound as back
+    return after
+
+
+def _duration(key: str, value: str) -> int:
+    """A time in the spec: from 0 to an hour (a bare number is seconds)."""
+    if not value.isascii():
+        raise SpecError(f"--disconnect: {key}={value!r} is not a duration (examples: 2s, 500ms)")
+    ns = parse_duration(value, name=f"--disconnect {key}")
+    if ns > _MAX_WAIT_NS:
+        raise SpecError(f"--disconnect: {key}={value!r} is longer than an hour")
+    return ns
+
+
+def _share(value: str) -> float:
+    try:
+        share = float(value) if value.isascii() and "_" not in value else float("nan")
+    except ValueError:
+        share = float("nan")
+    if not 0.0 <= share <= 1.0:  # (NaN fails too)
+        raise SpecError(
+            f"--disconnect: share={value!r} must be a fraction from 0 to 1 (0.25: one in four)"
+        )
+    return share
 
 
 def resume_path(request_path: str, api_path: str, stream_id: str) -> str:
@@ -215,24 +261,34 @@ class ReconnectSummary:
 
 
 def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
-    """Each reconnect's felt gap and losses; None when no stream reconnected."""
+    """Each reconnect's felt gap and losses; None when no stream reconnected.
+
+    Entries are read as bench writes them (:meth:`Reconnect.as_meta`). A field of the wrong
+    type raises :class:`TimelineFormatError` naming it: ``lost: "2"`` read as nothing lost
+    would hide a loss. A return counts as not resumed when it got no stream back (an error,
+    an error status, no event) or when the stream after it did not end whole.
+    """
     streams = reconnects = failed = lost = doubled = 0
     felt: list[float] = []
     for timeline in timelines:
-        entries = timeline.meta.get("reconnects")
-        if not isinstance(entries, list) or not entries:
+        entries = _entries(timeline)
+        if not entries:
             continue
         streams += 1
         text_times = timeline.times[timeline.text_mask]
-        for entry in entries:
-            if not isinstance(entry, Mapping):
-                continue
+        for index, entry in enumerate(entries):
             reconnects += 1
-            lost += _count(entry.get("lost"))
-            doubled += _count(entry.get("doubled"))
-            if entry.get("error") is not None or entry.get("first_ms") is None:
+            lost += entry.get("lost") or 0
+            doubled += entry.get("doubled") or 0
+            status = entry.get("status")
+            if (
+                entry.get("error") is not None
+                or entry.get("first_ms") is None
+                or (status is not None and not 200 <= status < 300)
+                # (a record made before the return's failure was written into its entry)
+                or (index == len(entries) - 1 and timeline.outcome in _NOT_WHOLE)
+            ):
                 failed += 1
-                continue
             gap = _felt_gap_ms(text_times, entry)
             if gap is not None:
                 felt.append(gap)
@@ -242,19 +298,69 @@ def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
 
 
 def _felt_gap_ms(text_times: np.ndarray, entry: Mapping[str, Any]) -> float | None:
-    """From the last text before the drop to the first text after the return."""
+    """From the last text before the drop (or the request, if none had come) to the first
+    text after the return; None when no text came after it."""
     dropped = entry.get("dropped_ms")
-    if not isinstance(dropped, int | float) or not len(text_times):
+    if dropped is None or entry.get("first_ms") is None:
         return None
-    at = int(dropped * NS_PER_MS)
+    at = round(dropped * NS_PER_MS)
     cut = int(np.searchsorted(text_times, at, side="right"))
-    if cut == 0 or cut >= len(text_times):
+    if cut >= len(text_times):
         return None
-    return round(float(text_times[cut] - text_times[cut - 1]) / NS_PER_MS, 3)
+    before = int(text_times[cut - 1]) if cut else 0
+    return round((int(text_times[cut]) - before) / NS_PER_MS, 3)
 
 
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def _entries(timeline: Timeline) -> list[Mapping[str, Any]]:
+    """The stream's reconnect entries, each field checked for its type."""
+    entries = timeline.meta.get("reconnects")
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise _bad(timeline, "meta.reconnects", entries, "a list of reconnects")
+    for index, entry in enumerate(entries):
+        where = f"meta.reconnects[{index}]"
+        if not isinstance(entry, Mapping):
+            raise _bad(timeline, where, entry, "a reconnect (an object)")
+        for key, (accepts, what) in _FIELDS.items():
+            value = entry.get(key)
+            if value is not None and not accepts(value):
+                raise _bad(timeline, f"{where}.{key}", value, what)
+    return entries
+
+
+def _bad(timeline: Timeline, field: str, value: object, what: str) -> TimelineFormatError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return TimelineFormatError(
+        f"stream {timeline.stream_id!r}: a reconnect field is {shown}, not {what}", field=field
+    )
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_status(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599
+
+
+_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "dropped_ms": (_is_time, "a time in ms"),
+    "asked_ms": (_is_time, "a time in ms or null"),
+    "first_ms": (_is_time, "a time in ms or null"),
+    "status": (_is_status, "an HTTP status or null"),
+    "events_after": (_is_count, "a count (0 or more)"),
+    "lost": (_is_count, "a count (0 or more)"),
+    "doubled": (_is_count, "a count (0 or more)"),
+    "last_event_id": (lambda value: isinstance(value, str), "an event id (text) or null"),
+    "error": (lambda value: isinstance(value, str), "a message (text) or null"),
+}
+_NOT_WHOLE = (Outcome.ERROR, Outcome.TRUNCATED)
 
 
 def resume_headers(headers: Mapping[str, str], last_event_id: str | None) -> dict[str, str]:

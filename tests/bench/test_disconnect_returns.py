@@ -1,0 +1,112 @@
+"""bench --disconnect against a server made by hand: a return that goes wrong in a way a
+gateway seldom does (refused, cut short) is recorded as not resumed, never as a clean one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+
+from steadystream import Outcome, Timeline
+from steadystream.bench import RunOptions
+from steadystream.bench.disconnect import DisconnectPolicy, reconnect_summary
+from tests.support.bench import small_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+def _event(event_id: int, text: str) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "lab"}
+    chunk["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": None}]
+    return b"id: %d\ndata: %s\n\n" % (event_id, orjson.dumps(chunk))
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+    b"x-steadystream-stream-id: s1\r\n\r\n"
+)
+
+
+@asynccontextmanager
+async def _server(*, cut_return: bool, close_after_first: bool) -> AsyncIterator[str]:
+    """Answers the POST with three events, slowly, naming stream ``s1``; the return (GET
+    /v1/streams/s1) gets one event and then a body that ends without [DONE]."""
+    server: asyncio.Server | None = None
+    handlers: list[asyncio.Task[None]] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        line = head.split(b"\r\n", 1)[0]
+        if line.startswith(b"POST"):
+            if close_after_first and server is not None:
+                server.close()  # the return finds nothing listening
+            writer.write(_HEAD)
+            for event_id in (1, 2, 3):
+                writer.write(_chunked(_event(event_id, f"w{event_id} ")))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        elif line.startswith(b"GET /v1/streams/s1") and cut_return:
+            writer.write(_HEAD + _chunked(_event(4, "w4 ")) + b"0\r\n\r\n")
+            await writer.drain()
+        else:
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        # (the client drops the first connection mid-answer: that is the point)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await answer(reader, writer)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.close()
+        await asyncio.gather(*handlers)  # each ends by itself within its three events
+
+
+async def _dropped(base_url: str) -> Timeline:
+    policy = DisconnectPolicy.parse("after=2tok,back=10ms")
+    result = await small_run(
+        base_url, requests=1, options=RunOptions(max_requests=1, disconnect=policy)
+    )
+    (timeline,) = result.timelines
+    return timeline
+
+
+async def test_a_return_cut_short_is_not_a_clean_reconnect() -> None:
+    async with _server(cut_return=True, close_after_first=False) as url:
+        timeline = await _dropped(url)
+    assert timeline.outcome is Outcome.TRUNCATED
+    (back,) = timeline.meta["reconnects"]
+    assert back["status"] == 200
+    assert back["first_ms"] is not None
+    assert "after the return" in back["error"]
+    assert "[DONE]" in back["error"]
+    summary = reconnect_summary([timeline])
+    assert summary is not None
+    assert summary.failed == 1
+
+
+async def test_a_return_that_cannot_connect_says_why() -> None:
+    async with _server(cut_return=False, close_after_first=True) as url:
+        timeline = await _dropped(url)
+    assert timeline.outcome is Outcome.ERROR
+    (back,) = timeline.meta["reconnects"]
+    assert back["first_ms"] is None
+    assert back["status"] is None
+    assert "connect" in back["error"]
+    summary = reconnect_summary([timeline])
+    assert summary is not None
+    assert summary.failed == 1
