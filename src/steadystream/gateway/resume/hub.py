@@ -316,7 +316,7 @@ class StreamHub:
         info = await self.local.info(stream_id)
         if info is None and self.shared is not None:
             info = await self.shared.info(stream_id)
-        if info is None:  # (let go here to make room: a resume is told so)
+        if info is None:  # (let go here, or never kept: a resume is told so)
             info = self.local.evicted(stream_id)
         return info
 

@@ -5,11 +5,14 @@
 - The generation ``POST`` again with the same ``Idempotency-Key`` (:func:`join`): the stream
   in flight, not a second generation; with ``Last-Event-ID`` only what came after.
 - The Responses API's own: ``GET /v1/responses/{id}?stream=true&starting_after=N`` (``N`` a
-  ``sequence_number``) and ``POST /v1/responses/{id}/cancel``.
+  ``sequence_number``; with ``Last-Event-ID`` too, the later of the two) and
+  ``POST /v1/responses/{id}/cancel``.
 
 Events that are not kept (expired, past a bound, evicted, an unknown id) get a 410 whose
 JSON error names the reason, in the route's API error shape: never a silent partial. A
-stream belongs to its tenant: another tenant's id is as unknown as a made-up one.
+stream belongs to its tenant: another tenant's id is as unknown as a made-up one. A replay
+cut short, or of a stream the gateway cut, ends with an SSE error event in the stream's own
+API shape (Messages' and the Responses API's ``error`` events, chat's error object).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-import orjson
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,12 +31,14 @@ from starlette.types import Receive, Scope, Send
 from steadystream._api_errors import ApiError, ErrorShape, json_response
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
-from steadystream.gateway.events import KEEPALIVE
+from steadystream.gateway.events import KEEPALIVE, ChunkFormat, encode_event
 from steadystream.gateway.requests import error_shape, new_request_id
 from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.gateway.resume.store import StreamInfo
 from steadystream.gateway.state import GatewayState
+from steadystream.gateway.translation.responses import error_event
+from steadystream.protocol import error_payload
 
 __all__ = [
     "LAST_EVENT_ID",
@@ -142,18 +146,27 @@ async def serve_replay(
     send: Send,
     *,
     after_sequence: int | None = None,
+    asked: str | None = None,
 ) -> None:
     """Send stream ``info``'s events after event ``after`` (for the Responses API, only
     those after ``sequence_number`` ``after_sequence`` too), then the live ones, until it
-    ends."""
+    ends. A 410 quotes ``asked``, the name the caller used (default the stream's id)."""
     shape = _shape_of(info)
     limits = state.config.limits
     stream_id = info.stream_id
+    asked = stream_id if asked is None else asked
     try:
-        events = hub.store_of(stream_id).follow(stream_id, after, limits.keepalive_interval)
-        ready = await anext(events, None)  # b"": found, and the events after ``after`` kept
+        source = hub.store_of(stream_id).follow(stream_id, after, limits.keepalive_interval)
+        ready = await anext(source, None)  # b"": found, and the events after ``after`` kept
+        events = source
+        if after_sequence is not None:
+            log = hub.local.log(stream_id)
+            if log is not None:  # (it has every event its readers got, running or not)
+                _check_sequence(_last_sequence_of(log.events, after), after, after_sequence)
+            elif info.ended is not None:  # (a shared store's: read to its end, to look)
+                events = await _past_sequence(source, after, after_sequence)
     except StreamGone as exc:
-        await gone(exc, stream_id).response(shape=shape)(scope, receive, send)
+        await gone(exc, asked).response(shape=shape)(scope, receive, send)
         return
     except ApiError as exc:
         await exc.response(shape=shape)(scope, receive, send)
@@ -178,12 +191,18 @@ async def serve_replay(
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         replayed = True  # the first events are the ones kept before the reader came
         skip = after_sequence
+        # The Responses API's error event is numbered on from the last event the reader
+        # has (its sequence_number; event N of a stream is sequence_number N - 1).
+        sequence = max(after - 1, -1 if skip is None else skip)
+        numbered = info.route == "responses"
         try:
             async for chunk in events:
                 if chunk is None:
                     body = KEEPALIVE
                     replayed = False
                 else:
+                    if numbered:
+                        sequence = max(sequence, _last_sequence(chunk))
                     if skip is not None:
                         chunk = _after_sequence(chunk, skip)
                     if replayed:
@@ -196,7 +215,7 @@ async def serve_replay(
                     async with asyncio.timeout(limits.stuck_timeout / 1e9):
                         await send({"type": "http.response.body", "body": body, "more_body": True})
         except StreamGone as exc:  # dropped while it was read: say so, in the stream
-            body = _in_band_gone(exc, info.route)
+            body = _in_band_gone(exc, info.route, sequence + 1)
             await send({"type": "http.response.body", "body": body, "more_body": True})
         else:
             # A stream the gateway cut (DELETE, the grace, a stuck client) has no end of its
@@ -204,9 +223,8 @@ async def serve_replay(
             ended = await hub.info(stream_id)
             why = None if ended is None else CANCELLED_ENDS.get(ended.ended or "")
             if why is not None:
-                body = _in_band_error(
-                    f"the stream was cancelled: {why}", "stream_cancelled", info.route
-                )
+                message = f"the stream was cancelled: {why}"
+                body = _in_band_error(message, "stream_cancelled", info.route, sequence + 1)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -216,7 +234,7 @@ async def serve_replay(
     except TimeoutError:
         state.log.info("stream %s: a resumed reader read nothing; cut", stream_id)
     finally:
-        await _close(events)
+        await _close(source)
         if live is not None and not live.reader_left() and live.running:
             live.stop()
 
@@ -225,6 +243,46 @@ async def _close(events: AsyncIterator[bytes | None]) -> None:
     close = getattr(events, "aclose", None)
     if close is not None:
         await close()
+
+
+def _check_sequence(last: int, after: int, sequence: int) -> None:
+    """:class:`StreamGone` (unknown) when ``starting_after`` ``sequence`` is past ``last``,
+    the ``sequence_number`` of the last event after event ``after`` (-1: none), as a
+    ``Last-Event-ID`` past a stream's events is. With no event after ``after`` the reader's
+    own ``Last-Event-ID`` says it read them all: it waits for more, or the end."""
+    if last < sequence and (last >= 0 or after == 0):
+        raise StreamGone("unknown", f"the stream has sent no sequence_number {sequence}")
+
+
+async def _past_sequence(
+    events: AsyncIterator[bytes | None], after: int, sequence: int
+) -> AsyncIterator[bytes | None]:
+    """An ended stream's events after event ``after``, read now to look
+    (:func:`_check_sequence`), to be sent as read."""
+    ended = [chunk async for chunk in events]
+    _check_sequence(_last_sequence_of([c for c in ended if c], 0), after, sequence)
+    return _replayed(ended)
+
+
+async def _replayed(chunks: list[bytes | None]) -> AsyncIterator[bytes | None]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _last_sequence_of(events: list[bytes], after: int) -> int:
+    """The ``sequence_number`` of the last of ``events[after:]`` that has one, or -1."""
+    for at in range(len(events) - 1, after - 1, -1):
+        found = _last_sequence(events[at])
+        if found >= 0:
+            return found
+    return -1
+
+
+def _last_sequence(chunk: bytes) -> int:
+    """The ``sequence_number`` of the last event in ``chunk`` that has one, or -1."""
+    at = chunk.rfind(b'"sequence_number"')
+    found = None if at < 0 else _SEQUENCE.match(chunk, at)
+    return -1 if found is None else int(found[1])
 
 
 def _after_sequence(chunk: bytes, sequence: int) -> bytes:
@@ -240,20 +298,22 @@ def _after_sequence(chunk: bytes, sequence: int) -> bytes:
     return b"".join(kept)
 
 
-def _in_band_gone(error: StreamGone, route: str) -> bytes:
+def _in_band_gone(error: StreamGone, route: str, sequence: int) -> bytes:
     """A reader cut off mid-replay learns why in an SSE error event it reads."""
     message = f"the stream cannot be resumed further ({error.reason}): {error.message}"
-    return _in_band_error(message, error.reason, route)
+    return _in_band_error(message, error.reason, route, sequence)
 
 
-def _in_band_error(message: str, code: str, route: str) -> bytes:
-    """An SSE error event in the route's shape (no ``id:``: it is no event of the stream)."""
-    payload: dict[str, object]
+def _in_band_error(message: str, code: str, route: str, sequence: int) -> bytes:
+    """An SSE ``error`` event in the route's own shape, as the relay writes one (no ``id:``:
+    it is no event of the stream): Messages' (gateway/events.py), the Responses API's
+    ``type: "error"`` with the next ``sequence`` (translation/responses.py), else OpenAI's
+    error object (no ``[DONE]`` after it: a partial must not read as whole)."""
     if route == "messages":
-        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
-    else:
-        payload = {"error": {"message": message, "type": "server_error", "code": code}}
-    return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return ChunkFormat.error(message, code, route)
+    if route == "responses":
+        return error_event(message, code, sequence)
+    return encode_event(error_payload(message, code=code), "error")
 
 
 async def join(
@@ -380,7 +440,7 @@ class _Responses:
                 after = last_event_id_of(request.headers)
                 await serve_replay(
                     self.state, self.hub, info, after, "responses", scope, receive, send,
-                    after_sequence=after_sequence,
+                    after_sequence=after_sequence, asked=response_id,
                 )  # fmt: skip
                 return
         except ApiError as exc:

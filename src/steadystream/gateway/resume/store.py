@@ -99,8 +99,9 @@ class MemoryStore:
         self._claims_of: dict[str, list[str]] = {}
         self._aliases: dict[str, str] = {}
         self._aliases_of: dict[str, str] = {}
-        # Streams let go (to make room, or past their TTL), the latest max_streams, with
-        # why: a resume is told it (410 stream_evicted, stream_expired), never "unknown".
+        # Streams let go (to make room, or past their TTL) or never kept (every kept one
+        # running), the latest max_streams, with why: a resume is told it (410
+        # stream_evicted, stream_expired), never "unknown".
         self._gone: OrderedDict[str, tuple[StreamInfo, str]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -114,9 +115,9 @@ class MemoryStore:
             self._forget(next(iter(self._ended)), why="evicted")
         if len(self._streams) >= self.max_streams:
             # Every kept stream still runs: this one is not kept (its tee writes to a log
-            # that keeps nothing), and is remembered as evicted.
-            log.drop(_evicted())
-            self._remember_gone(info, "evicted")
+            # that keeps nothing), and is remembered as evicted, and why.
+            log.drop(_not_kept())
+            self._remember_gone(info, "not_kept")
         else:
             self._streams[info.stream_id] = (info, log)
         return log
@@ -149,7 +150,7 @@ class MemoryStore:
         return None if found is None else found[0]
 
     def evicted(self, stream_id: str) -> StreamInfo | None:
-        """A stream let go, to make room or past its TTL (its events are not kept), or None."""
+        """A stream let go (to make room, past its TTL) or never kept, or None."""
         gone = self._gone.get(stream_id)
         return None if gone is None else gone[0]
 
@@ -158,7 +159,7 @@ class MemoryStore:
         if found is None:
             gone = self._gone.get(stream_id)
             if gone is not None:
-                raise _evicted() if gone[1] == "evicted" else _expired()
+                raise _GONE_BY[gone[1]]()
             raise StreamGone("unknown", "no such stream is kept")
         return follow(found[1], after, self.clock, idle_ns)
 
@@ -252,6 +253,14 @@ def _evicted() -> StreamGone:  # (a new one each time: a raised one holds its tr
     )
 
 
+def _not_kept() -> StreamGone:
+    return StreamGone(
+        "evicted",
+        "the stream was not kept: resume.max_streams streams were kept and all were still"
+        " running when it began",
+    )
+
+
 def _refused() -> StreamGone:
     return StreamGone(
         "unresumable",
@@ -260,5 +269,6 @@ def _refused() -> StreamGone:
     )
 
 
-# Why a stream's log is dropped, by why it was let go (None: its request was refused).
-_GONE_BY = {"evicted": _evicted, "expired": _expired, None: _refused}
+# Why a stream's log is dropped, by why it was let go (None: its request was refused;
+# "not_kept": never kept, the store full of running streams).
+_GONE_BY = {"evicted": _evicted, "expired": _expired, "not_kept": _not_kept, None: _refused}

@@ -32,7 +32,7 @@ from steadystream.gateway.events import Failure, Piece, encode_event
 from steadystream.gateway.failover import Cause
 from steadystream.gateway.translation.chat import ChatAnswer, comment_only, count
 
-__all__ = ["ResponsesTranslator", "failed_after", "whole_response"]
+__all__ = ["ResponsesTranslator", "error_event", "failed_after", "whole_response"]
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
@@ -303,15 +303,20 @@ def failed_after(
     failed.update(status="failed", error={"code": "server_error", "message": message})
     if isinstance(given.get("id"), str):
         failed["id"] = given["id"]
-    error = {"type": "error", "code": code, "message": message, "param": None}
     return (
         out
-        + encode_event(error | {"sequence_number": sequence + 1}, "error")
+        + error_event(message, code, sequence + 1)
         + encode_event(
             {"type": "response.failed", "response": failed, "sequence_number": sequence + 2},
             "response.failed",
         )
     )
+
+
+def error_event(message: str, code: str, sequence: int) -> bytes:
+    """The Responses API's streamed ``error`` event (what its SDK raises on)."""
+    error = {"type": "error", "code": code, "message": message, "param": None}
+    return encode_event(error | {"sequence_number": sequence}, "error")
 
 
 def response_base(ident: str, model: str, created: int, request: dict[str, Any]) -> dict[str, Any]:
