@@ -53,7 +53,7 @@ def test_text_is_read_as_on_the_command_line() -> None:
     [
         ({"cancel": 0.5}, "--cancel FRACTION and --cancel-after 20tok|500ms go together"),
         ({"cancel_after": "20tok"}, "go together"),
-        ({"cancel": 0.5, "cancel_after": "soon"}, "--cancel-after: cannot read 'soon'"),
+        ({"cancel": 0.5, "cancel_after": "soon"}, "--cancel-after: 'soon' is not a point"),
         ({"cancel": 1.5, "cancel_after": "20tok"}, "--cancel: "),
         ({"rate": 1, "trace": "t.txt"}, "--trace and --rate cannot be combined"),
         ({"ramp": "5s", "trace": "t.txt"}, "--ramp does not apply to a trace"),

@@ -2,7 +2,10 @@
 
 ``--cancel 0.2 --cancel-after 20tok`` closes the connection of one stream in five after its
 20th content chunk (``500ms``: that long after the request was sent). The choice is seeded
-per request, so a rerun cancels the same requests at the same points.
+per request, so a rerun cancels the same requests at the same points. A point is read here
+for ``--disconnect after=`` too (:meth:`CancelPoint.parse`), with the same bounds: ASCII
+only, a unit always (a bare ``20`` could be chunks or seconds), at most an hour or
+10,000,000 chunks.
 
 Against the lab, :func:`fetch_cancel_truth` reads ``GET /lab/requests/{id}`` once the engine
 is done with a cancelled request and adds to the client timeline's ``meta``:
@@ -47,7 +50,12 @@ __all__ = [
     "fetch_cancel_truth",
 ]
 
-_TOKENS = re.compile(r"^\s*(\d+)\s*(tok|tokens?)\s*$", re.IGNORECASE)
+_TOKENS = re.compile(r"^\s*([0-9]+)\s*(tok|tokens?)\s*$", re.IGNORECASE)
+_BARE = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*$")
+_POINT_EXAMPLES = "examples: 20tok, 500ms, 1.5s"
+_MAX_CHARS = 40  # a point or a wait is a few characters; a longer one is not echoed
+MAX_AFTER_TOKENS = 10_000_000
+MAX_WAIT_NS = 3_600_000 * NS_PER_MS  # an hour: longer than any stream is worth a wait
 _POLL_NS = 20 * NS_PER_MS
 
 
@@ -59,20 +67,58 @@ class CancelPoint:
     after_ns: int | None = None
 
     @classmethod
-    def parse(cls, text: str) -> CancelPoint:
-        if match := _TOKENS.match(text):
-            return cls(after_tokens=int(match[1]))
+    def parse(cls, text: str, *, option: str = "--cancel-after", key: str = "") -> CancelPoint:
+        """``20tok`` (content chunks) or ``500ms`` (after sending); a bare number is neither.
+
+        Errors are one line naming ``option`` (and ``key``, for a field of a spec).
+        """
+        shown = _shown(text, option, key)
+        if text.isascii() and _BARE.match(text):
+            number = text.strip()
+            chunks = f"{number}tok (content chunks) or " if number.isdigit() else ""
+            raise SpecError(f"{option}: {shown} needs a unit: {chunks}{number}s (after sending)")
+        if text.isascii() and (match := _TOKENS.match(text)):
+            tokens = int(match[1])  # (a few digits: _shown refused a long text)
+            if tokens > MAX_AFTER_TOKENS:
+                raise SpecError(
+                    f"{option}: {shown} is past any answer (at most {MAX_AFTER_TOKENS:,} chunks)"
+                )
+            return cls(after_tokens=tokens)
         try:
-            return cls(after_ns=parse_duration(text, name="--cancel-after"))
+            ns = parse_duration(text, name=option) if text.isascii() else None
         except SpecError:
-            raise SpecError(
-                f"--cancel-after: cannot read {text!r} (examples: 20tok, 500ms, 1.5s)"
-            ) from None
+            ns = None
+        if ns is None:
+            raise SpecError(f"{option}: {shown} is not a point ({_POINT_EXAMPLES})")
+        return cls(after_ns=_at_most_an_hour(ns, option, shown))
 
     def describe(self) -> str:
         if self.after_tokens is not None:
             return f"{self.after_tokens} tokens"
         return f"{(self.after_ns or 0) / NS_PER_MS:g}ms"
+
+
+def parse_wait(text: str, *, option: str, key: str = "") -> int:
+    """A wait in ns, from 0 to an hour (a bare number is seconds); ASCII only."""
+    shown = _shown(text, option, key)
+    if not text.isascii():
+        raise SpecError(f"{option}: {shown} is not a duration (examples: 2s, 500ms)")
+    ns = parse_duration(text, name=f"{option} {key}" if key else option)
+    return _at_most_an_hour(ns, option, shown)
+
+
+def _shown(text: str, option: str, key: str) -> str:
+    """The value as a message quotes it (``after='40'``); a long one is refused unquoted."""
+    if len(text) > _MAX_CHARS:
+        what = f"{key}=..." if key else "the value"
+        raise SpecError(f"{option}: {what} is {len(text)} characters long (at most {_MAX_CHARS})")
+    return f"{key}={text!r}" if key else repr(text)
+
+
+def _at_most_an_hour(ns: int, option: str, shown: str) -> int:
+    if ns > MAX_WAIT_NS:
+        raise SpecError(f"{option}: {shown} is longer than an hour")
+    return ns
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,7 +229,12 @@ class StreamClient:
                 conn.close()
         if state.timeline is None:
             state.finish(state.end_ns if state.end_ns is not None else clock.now_ns(), None, None)
-        return state.sent(level, spec)
+        sent = state.sent(level, spec)
+        if disconnect is not None:
+            # Chosen for a drop: one that ended before its drop point has no reconnect, and
+            # without this nothing would say it was meant to drop.
+            sent.timeline.meta["disconnect"] = disconnect.describe()
+        return sent
 
     async def _read(
         self, conn: StampedConnection, state: AttemptState, *, drop_after: int | None = None

@@ -7,10 +7,12 @@ should get every event after the last one it saw, none twice, none lost.
 
 ``--disconnect`` drops ``share`` of the streams (seeded per request, like ``--cancel``) after
 their ``after``-th content chunk (or that long after sending) and comes back ``back`` later.
-Each reconnect goes into the stream's timeline (``meta["reconnects"]``): when it dropped,
-when it asked again, when the first event after it came, and what came back lost or doubled
-(event ids are the gateway's sequence numbers). ``analyze`` reports the gap the user felt
-across each one (:func:`reconnect_summary`).
+Each stream chosen carries its plan in ``meta["disconnect"]``, so one that ends before its
+drop point is still seen to have been chosen. Each reconnect goes into the stream's timeline
+(``meta["reconnects"]``): when it dropped, when it asked again, when the first event after
+it came, and what came back lost or doubled (event ids are the gateway's sequence numbers).
+``analyze`` reports the gap the user felt across each one, and how many chosen streams
+never dropped (:func:`reconnect_summary`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ import numpy as np
 from steadystream._clock import NS_PER_MS
 from steadystream._exceptions import SpecError, TimelineFormatError
 from steadystream._types import Outcome
-from steadystream._units import parse_duration
-from steadystream.bench.cancel import CancelPoint
+from steadystream.bench.cancel import CancelPoint, parse_wait
 from steadystream.protocol import SseItem
 from steadystream.timeline import Timeline
 
@@ -48,8 +49,6 @@ _DEFAULT_BACK_NS = 2_000 * NS_PER_MS
 _KEYS = ("after", "back", "share")
 _EXAMPLE = "example: after=40tok,back=2s,share=0.25"
 _MAX_SPEC_CHARS = 200
-_MAX_AFTER_TOKENS = 10_000_000
-_MAX_WAIT_NS = 3_600_000 * NS_PER_MS  # an hour: longer than any kept stream is worth a wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +97,10 @@ class DisconnectPolicy:
             fields[key] = value
         if "after" not in fields:
             raise SpecError("--disconnect: say when to drop, e.g. after=40tok or after=1.5s")
-        after = _drop_point(fields["after"])
+        after = CancelPoint.parse(fields["after"], option="--disconnect", key="after")
         back_ns = _DEFAULT_BACK_NS
         if "back" in fields:
-            back_ns = _duration("back", fields["back"])
+            back_ns = parse_wait(fields["back"], option="--disconnect", key="back")
         share = 1.0
         if "share" in fields:
             share = _share(fields["share"])
@@ -110,40 +109,6 @@ class DisconnectPolicy:
     def for_request(self, index: int) -> DisconnectPlan | None:
         draw = np.random.default_rng([self.seed, index, 0xD15C]).random()
         return self.plan if draw < self.share else None
-
-
-def _drop_point(value: str) -> CancelPoint:
-    """``after``: content chunks (``40tok``) or a time (``1.5s``); a bare number is neither."""
-    if value.isascii() and value.replace(".", "", 1).isdigit():
-        chunks = f"{value}tok (content chunks) or " if value.isdigit() else ""
-        raise SpecError(
-            f"--disconnect: after={value!r} needs a unit: {chunks}{value}s (after sending)"
-        )
-    try:
-        after = CancelPoint.parse(value) if value.isascii() else None
-    except SpecError:
-        after = None
-    if after is None:
-        raise SpecError(
-            f"--disconnect: after={value!r} is not a point (examples: 40tok, 1.5s)"
-        ) from None
-    if after.after_tokens is not None and after.after_tokens > _MAX_AFTER_TOKENS:
-        raise SpecError(
-            f"--disconnect: after={value!r} is past any answer (at most {_MAX_AFTER_TOKENS} chunks)"
-        )
-    if after.after_ns is not None:
-        _duration("after", value)  # the same bound as back
-    return after
-
-
-def _duration(key: str, value: str) -> int:
-    """A time in the spec: from 0 to an hour (a bare number is seconds)."""
-    if not value.isascii():
-        raise SpecError(f"--disconnect: {key}={value!r} is not a duration (examples: 2s, 500ms)")
-    ns = parse_duration(value, name=f"--disconnect {key}")
-    if ns > _MAX_WAIT_NS:
-        raise SpecError(f"--disconnect: {key}={value!r} is longer than an hour")
-    return ns
 
 
 def _share(value: str) -> float:
@@ -250,6 +215,7 @@ class ReconnectSummary:
     lost: int
     doubled: int
     felt_gap_ms: tuple[float, ...]  # per return: last text before the drop to the first after
+    ended_before_drop: int = 0  # streams chosen for a drop (meta "disconnect") never dropped
 
     @property
     def worst_felt_ms(self) -> float | None:
@@ -261,18 +227,21 @@ class ReconnectSummary:
 
 
 def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
-    """Each reconnect's felt gap and losses; None when no stream reconnected.
+    """Each reconnect's felt gap and losses, and how many streams chosen for a drop ended
+    before their drop point; None when no stream was chosen or reconnected.
 
     Entries are read as bench writes them (:meth:`Reconnect.as_meta`). A field of the wrong
     type raises :class:`TimelineFormatError` naming it: ``lost: "2"`` read as nothing lost
     would hide a loss. A return counts as not resumed when it got no stream back (an error,
     an error status, no event) or when the stream after it did not end whole.
     """
-    streams = reconnects = failed = lost = doubled = 0
+    streams = reconnects = failed = lost = doubled = ended_first = 0
     felt: list[float] = []
     for timeline in timelines:
         entries = _entries(timeline)
         if not entries:
+            # (bench writes "disconnect" on every stream it chose, dropped or not)
+            ended_first += timeline.meta.get("disconnect") is not None
             continue
         streams += 1
         text_times = timeline.times[timeline.text_mask]
@@ -292,9 +261,9 @@ def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
             gap = _felt_gap_ms(text_times, entry)
             if gap is not None:
                 felt.append(gap)
-    if not reconnects:
+    if not reconnects and not ended_first:
         return None
-    return ReconnectSummary(streams, reconnects, failed, lost, doubled, tuple(felt))
+    return ReconnectSummary(streams, reconnects, failed, lost, doubled, tuple(felt), ended_first)
 
 
 def _felt_gap_ms(text_times: np.ndarray, entry: Mapping[str, Any]) -> float | None:

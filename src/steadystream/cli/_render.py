@@ -170,16 +170,26 @@ def _print_edges(edges: EdgeComparison, console: Console) -> None:
 
 
 def _print_reconnects(reconnects: ReconnectSummary, console: Console) -> None:
-    """What readers who dropped and came back felt (``bench --disconnect``)."""
-    whole = reconnects.lost == 0 and reconnects.doubled == 0 and reconnects.failed == 0
-    verdict = "[green]nothing lost or doubled[/]" if whole else "[bold red]not whole[/]"
-    console.print(
-        f"reconnects: {reconnects.reconnects} in {reconnects.streams} streams, {verdict}:"
-        f" {reconnects.lost} events lost, {reconnects.doubled} doubled,"
-        f" {reconnects.failed} not resumed; the gap felt across a return:"
-        f" median {_format_ms(reconnects.median_felt_ms)}, worst"
-        f" {_format_ms(reconnects.worst_felt_ms)}"
-    )
+    """What readers who dropped and came back felt (``bench --disconnect``), and how many
+    streams chosen for a drop ended before it."""
+    line = "reconnects: none"
+    if reconnects.reconnects:
+        whole = reconnects.lost == 0 and reconnects.doubled == 0 and reconnects.failed == 0
+        verdict = "[green]nothing lost or doubled[/]" if whole else "[bold red]not whole[/]"
+        line = (
+            f"reconnects: {reconnects.reconnects} in {reconnects.streams} streams, {verdict}:"
+            f" {reconnects.lost} events lost, {reconnects.doubled} doubled,"
+            f" {reconnects.failed} not resumed; the gap felt across a return:"
+            f" median {_format_ms(reconnects.median_felt_ms)}, worst"
+            f" {_format_ms(reconnects.worst_felt_ms)}"
+        )
+    if ended := reconnects.ended_before_drop:
+        chosen = reconnects.streams + ended
+        line += (
+            f"; [yellow]{ended} of {chosen} streams chosen for a drop ended before their"
+            " drop point[/]"
+        )
+    console.print(line)
 
 
 def _format_ms(ms: float | None) -> str:
@@ -197,6 +207,7 @@ def _reconnects_json(reconnects: ReconnectSummary | None) -> dict[str, Any] | No
         "events_doubled": reconnects.doubled,
         "felt_gap_median_s": _seconds(reconnects.median_felt_ms),
         "felt_gap_max_s": _seconds(reconnects.worst_felt_ms),
+        "ended_before_drop": reconnects.ended_before_drop,
     }
 
 
