@@ -79,7 +79,11 @@ class TlsSession:
 
     def keep(self) -> None:
         """Keep this session's ticket for the next connection to the same upstream (called
-        once the exchange is over: TLS 1.3 sends tickets after the handshake)."""
+        once the exchange is over: TLS 1.3 sends tickets after the handshake). A resumed
+        session is kept already: reading a session copies it, certificate chain and all
+        (CPython's workaround of an OpenSSL bug), which costs more than the handshake saved."""
+        if self._key in _sessions and self._object.session_reused:
+            return
         try:
             session = self._object.session
         except (ssl.SSLError, ValueError):
