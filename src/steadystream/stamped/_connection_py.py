@@ -507,12 +507,16 @@ class StampedConnection:
                 self._broken(data.decode())
                 break
             self._stamp = stamp
+            tls = self._tls
             if not data:
-                self._end_of_stream()
+                if tls is not None and tls.inside_record:
+                    self._broken("a TLS record was cut short by the connection's end")
+                else:
+                    self._end_of_stream()
                 break
             try:
-                if self._tls is not None:
-                    data = self._tls.decrypt(data)
+                if tls is not None:
+                    data = tls.decrypt(data)
                 parser.feed_data(data)
                 if self._head is None:
                     # httptools holds a header line until it ends, and a status line has
@@ -524,6 +528,15 @@ class StampedConnection:
                         )
             except (httptools.HttpParserError, ProtocolError, UpstreamStreamError) as exc:
                 self._feed_failed(exc)
+            if tls is not None and tls.end is not None and not (self._complete or self._stopped):
+                # The TLS stream ended behind the plaintext just fed: a close_notify ends it as
+                # the socket's end would (the server may keep the socket open), a failure
+                # fails it. Either way no read after it is parsed.
+                if tls.end:
+                    self._fail(UpstreamStreamError(tls.end))
+                else:
+                    self._end_of_stream()
+                break
             if self._head is not None and self._sink is None and self._reading:
                 # The caller decides what to do with the body once it has seen the head.
                 self._stop_reading()
