@@ -4,6 +4,7 @@ injections, so that explain names them injected-fault (not an engine pause of on
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -84,8 +85,17 @@ def test_explain_names_an_x_lab_fault_stall_injected(tmp_path: Path) -> None:
     explained = runner.invoke(app, ["explain", str(out), "--truth", str(truth), "--json"])
     assert explained.exit_code == 0, explained.output
     payload = orjson.loads(explained.output)
-    injected = [s for s in payload["stalls"] if s["duration_s"] > 0.9]
+    # Each stream's longest stall is the injected 1 s pause. (Not every stall over a fixed
+    # length: on a busy machine the lab can write the token before the pause late, and the
+    # pause the client sees is then shorter than the one the lab held.)
+    longest: dict[str, dict[str, Any]] = {}
+    for stall in payload["stalls"]:
+        kept = longest.get(stall["stream_id"])
+        if kept is None or stall["duration_s"] > kept["duration_s"]:
+            longest[stall["stream_id"]] = stall
+    injected = list(longest.values())
     assert len(injected) == 3, payload["stalls"]
+    assert all(s["duration_s"] > 0.5 for s in injected), injected
     assert {s["cause"] for s in injected} == {"injected-fault"}
     assert payload["truth"]["matrix_s"]["injected-fault"] == {
         "injected-fault": pytest.approx(sum(s["duration_s"] for s in injected))
