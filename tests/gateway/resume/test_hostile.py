@@ -24,6 +24,10 @@ from steadystream.lab import LabServer
 from tests.support.gateway import chat_body, gateway_config, upstream
 from tests.support.resume import read_stream
 
+# These tests are about replays, not the watchdog: a busy machine must not turn a slow first
+# token into a refused request (the suite's default timeouts are test-sized).
+PATIENT = {"first_token_timeout": "30s", "stall_timeout": "10s"}
+
 CHAT = "/v1/chat/completions"
 RESPONSES_BODY = {"model": "lab", "input": "hi", "stream": True, "max_output_tokens": 12}
 
@@ -52,7 +56,10 @@ def _get_twice(base: str, path: str, name: str, values: list[str]) -> tuple[int,
 @pytest.mark.integration
 def test_a_repeated_post_with_a_bad_last_event_id_gets_a_400_not_a_500() -> None:
     key = {"Idempotency-Key": "bad-lei"}
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         read_stream(gw.url, "POST", CHAT, chat_body(4), key)
         again = read_stream(gw.url, "POST", CHAT, chat_body(4), {**key, "Last-Event-ID": "x"})
         messages = {"model": "lab", "stream": True, "max_tokens": 4,
@@ -71,7 +78,10 @@ def test_a_repeated_post_with_a_bad_last_event_id_gets_a_400_not_a_500() -> None
 
 @pytest.mark.integration
 def test_last_event_id_sent_twice_with_different_values_is_a_400() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         done = read_stream(gw.url, "POST", CHAT, chat_body(6))
         path = f"/v1/streams/{done.stream_id}"
         differ = _get_twice(gw.url, path, "Last-Event-ID", ["4", "2"])
@@ -98,7 +108,10 @@ async def test_a_second_stop_says_the_generation_was_already_stopped() -> None:
 
 @pytest.mark.integration
 def test_delete_twice_says_cancelled_once() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         first = read_stream(gw.url, "POST", CHAT, chat_body(400), leave_after=3)
         path = f"/v1/streams/{first.stream_id}"
         answers = [read_stream(gw.url, "DELETE", path) for _ in range(2)]
@@ -108,7 +121,7 @@ def test_delete_twice_says_cancelled_once() -> None:
 @pytest.mark.integration
 def test_a_stream_cut_by_its_grace_is_read_again_with_an_error_not_a_silent_partial() -> None:
     with LabServer("steady") as lab:
-        config = gateway_config(upstream(lab, "lab"), resume={"grace": "100ms"})
+        config = gateway_config(upstream(lab, "lab"), watchdog=PATIENT, resume={"grace": "100ms"})
         with GatewayServer(config) as gw:
             first = read_stream(gw.url, "POST", CHAT, chat_body(400), leave_after=3)
             hub = gw.state.resume
@@ -128,7 +141,10 @@ def test_a_stream_cut_by_its_grace_is_read_again_with_an_error_not_a_silent_part
 
 @pytest.mark.integration
 def test_a_reader_attached_when_delete_comes_is_told_the_stream_was_cancelled() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         first = read_stream(gw.url, "POST", CHAT, chat_body(400), leave_after=3)
         path = f"/v1/streams/{first.stream_id}"
 
@@ -229,7 +245,10 @@ def test_a_410_on_the_responses_route_quotes_the_response_id_not_the_stream_id()
 
 @pytest.mark.integration
 def test_an_empty_starting_after_is_a_400_not_a_skipped_first_event() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         whole = read_stream(gw.url, "POST", "/v1/responses", RESPONSES_BODY)
         response_id = orjson.loads(whole.events[0][1])["response"]["id"]
         path = f"/v1/responses/{response_id}?stream=true"
@@ -261,7 +280,10 @@ async def test_a_reader_of_a_request_that_was_refused_is_not_told_its_ttl_passed
 def test_an_event_source_back_on_a_responses_url_gets_nothing_twice() -> None:
     # A browser's EventSource reconnects to the URL it began with, its starting_after
     # unchanged, and sends the id of the event it read last.
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         whole = read_stream(gw.url, "POST", "/v1/responses", RESPONSES_BODY)
         response_id = orjson.loads(whole.events[0][1])["response"]["id"]
         path = f"/v1/responses/{response_id}?stream=true&starting_after=1"

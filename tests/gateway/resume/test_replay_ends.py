@@ -27,6 +27,10 @@ from steadystream.protocol import SseEvent, new_decoder
 from tests.support.gateway import chat_body, gateway_config, upstream
 from tests.support.resume import read_stream
 
+# These tests are about replays, not the watchdog: a busy machine must not turn a slow first
+# token into a refused request (the suite's default timeouts are test-sized).
+PATIENT = {"first_token_timeout": "30s", "stall_timeout": "10s"}
+
 CHAT = "/v1/chat/completions"
 LONG_RESPONSE = {"model": "lab", "input": "hi", "stream": True, "max_output_tokens": 400}
 SHORT_RESPONSE = {**LONG_RESPONSE, "max_output_tokens": 12}
@@ -65,7 +69,10 @@ def sequence_of(data: str) -> int:
 
 @pytest.mark.integration
 def test_a_cancelled_responses_stream_read_again_ends_with_the_responses_error_event() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         first = read_stream(gw.url, "POST", "/v1/responses", LONG_RESPONSE, leave_after=5)
         response_id = orjson.loads(first.events[0][1])["response"]["id"]
         read_stream(gw.url, "POST", f"/v1/responses/{response_id}/cancel")
@@ -89,7 +96,10 @@ def test_a_cancelled_responses_stream_read_again_ends_with_the_responses_error_e
 
 @pytest.mark.integration
 def test_a_cancelled_messages_stream_read_again_ends_with_anthropics_error_event() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         first = read_stream(gw.url, "POST", "/v1/messages", LONG_MESSAGE, leave_after=5)
         read_stream(gw.url, "DELETE", f"/v1/streams/{first.stream_id}")
         ended(gw, first.stream_id)
@@ -128,7 +138,7 @@ async def test_a_stream_not_kept_because_every_kept_one_runs_is_told_it_was_not_
 @pytest.mark.integration
 def test_a_stream_not_kept_gets_a_410_saying_it_was_not_kept() -> None:
     with LabServer("steady") as lab:
-        config = gateway_config(upstream(lab, "lab"), resume={"max_streams": 1})
+        config = gateway_config(upstream(lab, "lab"), watchdog=PATIENT, resume={"max_streams": 1})
         with GatewayServer(config) as gw:
             running = read_stream(gw.url, "POST", CHAT, chat_body(400), leave_after=3)
             later = read_stream(gw.url, "POST", CHAT, chat_body(4))
@@ -144,7 +154,10 @@ def test_a_stream_not_kept_gets_a_410_saying_it_was_not_kept() -> None:
 
 @pytest.mark.integration
 def test_starting_after_past_the_end_of_an_ended_stream_is_a_410_as_last_event_id_is() -> None:
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         whole = read_stream(gw.url, "POST", "/v1/responses", SHORT_RESPONSE)
         response_id = orjson.loads(whole.events[0][1])["response"]["id"]
         last = sequence_of(whole.events[-1][1])
@@ -175,7 +188,10 @@ def test_starting_after_past_the_end_of_an_ended_stream_is_a_410_as_last_event_i
 def test_starting_after_ahead_of_a_running_stream_here_is_a_410_as_last_event_id_is() -> None:
     # Every event is kept here before its reader gets it: a sequence_number past the kept
     # ones was never sent, as an id past them (through Redis from another process, both wait)
-    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+    with (
+        LabServer("steady") as lab,
+        GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT)) as gw,
+    ):
         first = read_stream(gw.url, "POST", "/v1/responses", LONG_RESPONSE, leave_after=3)
         response_id = orjson.loads(first.events[0][1])["response"]["id"]
         path = f"/v1/responses/{response_id}?stream=true"
