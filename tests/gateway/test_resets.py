@@ -14,7 +14,6 @@ import asyncio
 import socket
 import ssl
 import struct
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from steadystream import Outcome
 from steadystream.gateway import GatewayServer
 from tests.support.gateway import MemorySink, chat_body, gateway_config, get, post
 from tests.support.scripted import ScriptedServer, read_request
+from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +47,7 @@ _FLOODS = {
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed(folder)
     bundle = folder / "bundle.pem"
     bundle.write_bytes(cert.read_bytes() + key.read_bytes())
     return bundle

@@ -6,7 +6,6 @@ import asyncio
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from steadystream._exceptions import ProtocolError, UpstreamConnectError, Upstre
 from steadystream._processes import free_port
 from steadystream.stamped import StampedConnection, StampMode, Target
 from tests.support.scripted import SSE_HEAD, Script, ScriptedServer, chunked, exchange, read_request
+from tests.support.tls import self_signed
 
 Serve = Callable[..., ScriptedServer]
 MODES = [StampMode.KERNEL, StampMode.USER]
@@ -201,18 +201,7 @@ def test_header_injection_is_refused(serve: Serve) -> None:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def test_a_second_connection_to_a_tls_upstream_resumes_the_session(

@@ -12,7 +12,6 @@ import contextlib
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from steadystream._exceptions import UpstreamConnectError, UpstreamStreamError
 from steadystream.stamped import StampMode, Target, tls
 from steadystream.stamped.connection import connection_type
 from tests.support.scripted import SSE_HEAD, chunked, exchange
+from tests.support.tls import self_signed
 
 CLOSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"  # close-delimited
 SECRET = b"SERVER-SECRET-BYTES"  # bytes of a hostile server that no message may show
@@ -122,28 +122,14 @@ class Server:
         self._thread.join(timeout=10.0)
 
 
-def _certificate(folder: Path, name: str, san: str) -> tuple[Path, Path]:
-    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-subj", f"/CN={name}", "-addext", f"subjectAltName={san}"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     """Two servers' certificates for 127.0.0.1, and one for another name only."""
     folder = tmp_path_factory.mktemp("tls")
     made = {
-        "first": _certificate(folder, "first", "IP:127.0.0.1"),
-        "second": _certificate(folder, "second", "IP:127.0.0.1"),
-        "elsewhere": _certificate(folder, "elsewhere", "DNS:upstream.invalid"),
+        "first": self_signed(folder, "first", "IP:127.0.0.1"),
+        "second": self_signed(folder, "second", "IP:127.0.0.1"),
+        "elsewhere": self_signed(folder, "elsewhere", "DNS:upstream.invalid"),
     }
     both = folder / "both.pem"
     both.write_bytes(made["first"][0].read_bytes() + made["second"][0].read_bytes())

@@ -31,6 +31,7 @@ from steadystream.protocol.sse import DONE, encode_comment
 
 __all__ = [
     "KEEPALIVE",
+    "SSE_HEADERS",
     "ChunkFormat",
     "Failure",
     "FallbackRewriter",
@@ -41,6 +42,12 @@ __all__ = [
 ]
 
 KEEPALIVE = encode_comment("keepalive")
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # (nginx: do not buffer this response)
+]
+"""The headers of every event stream the gateway answers (a relay's, a replay's)."""
 _ENVELOPE_KEYS = ("id", "created", "model")
 _CONTENT = EventKind.CONTENT  # (an enum's member read per event costs a lookup through its class)
 

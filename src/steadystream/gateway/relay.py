@@ -34,7 +34,14 @@ from steadystream.gateway.base import Relay
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
-from steadystream.gateway.events import KEEPALIVE, ChunkFormat, Failure, FallbackRewriter, Piece
+from steadystream.gateway.events import (
+    KEEPALIVE,
+    SSE_HEADERS,
+    ChunkFormat,
+    Failure,
+    FallbackRewriter,
+    Piece,
+)
 from steadystream.gateway.failover import Action, Cause, Decision, Policy, PrefixMatcher, decide
 from steadystream.gateway.guard import Guard, GuardHooks
 from steadystream.gateway.line import StreamLine, line_build
@@ -55,11 +62,6 @@ from steadystream.shaping import Pacer
 
 __all__ = ["StreamRelay"]
 
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _DONE_PIECE = Piece(None, "", DONE, len(DONE))  # the gateway's own end of an answer
 _DONE_MARK = Piece(None, "", b"", 0)  # the end, its bytes already in the event before it
 _KEEPALIVE_OUT = Out(KEEPALIVE, [Piece(EventKind.KEEPALIVE, "", KEEPALIVE, len(KEEPALIVE))])
@@ -232,7 +234,7 @@ class StreamRelay(Relay):
 
     async def _commit(self, send: Send) -> None:
         record = self.record
-        headers = [*_SSE_HEADERS, (b"x-request-id", record.request_id.encode())]
+        headers = [*SSE_HEADERS, (b"x-request-id", record.request_id.encode())]
         if self.live is not None:
             headers.append((STREAM_ID_HEADER.lower().encode(), self.live.stream_id.encode()))
         glass = self.state.glass_tokens

@@ -28,7 +28,6 @@ import asyncio
 import collections
 import socket
 import ssl
-import struct
 import threading
 from collections.abc import Callable, Mapping
 
@@ -42,9 +41,9 @@ from steadystream._exceptions import (
 )
 from steadystream.stamped.kernel import (
     ANCILLARY_SIZE,
-    SO_TIMESTAMPNS,
     WallToClock,
     enable_stamps,
+    stamp_from_ancillary,
 )
 from steadystream.stamped.modes import StampMode
 from steadystream.stamped.rescue import StallRescuer
@@ -61,8 +60,6 @@ from steadystream.stamped.tls import TlsSession, default_context
 __all__ = ["BodySink", "StampedConnection"]
 
 READ_SIZE = 1 << 16
-_SOL_SOCKET = socket.SOL_SOCKET
-_TIMESPEC = struct.Struct("@qq")  # the kernel's struct timespec (kernel.py's reading of it)
 _HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
 _RESCUE_BACKLOG = 64  # reads the rescuer may queue for a stalled loop (64 KiB each at most)
@@ -405,12 +402,7 @@ class StampedConnection:
         try:
             if self._wall is not None:
                 data, ancillary, _, _ = self._sock.recvmsg(READ_SIZE, ANCILLARY_SIZE)
-                wall = None
-                for level, kind, extra in ancillary:  # (stamp_from_ancillary, inline)
-                    if level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(extra) >= 16:
-                        seconds, nanos = _TIMESPEC.unpack_from(extra)
-                        wall = seconds * 1_000_000_000 + nanos
-                        break
+                wall = stamp_from_ancillary(ancillary)
                 if wall is None:
                     stamp = self._now_ns()
                     self.unstamped_reads += data != b""

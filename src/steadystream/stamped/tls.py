@@ -106,11 +106,6 @@ class TlsSession:
             )
 
     @property
-    def resumed(self) -> bool:
-        """Whether the handshake resumed a kept session."""
-        return self._object.session_reused
-
-    @property
     def inside_record(self) -> bool:
         """Whether the bytes so far end inside a record: a socket that ends here cut it."""
         return bool(self._left or self._header)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import time
 from urllib.parse import urlsplit
 
 import orjson
@@ -21,7 +20,7 @@ from steadystream.gateway.export import GatewayMetrics
 from steadystream.gateway.resume.hub import REFUSED, StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.lab import LabServer
-from tests.support.gateway import chat_body, gateway_config, upstream
+from tests.support.gateway import chat_body, gateway_config, upstream, wait_for
 from tests.support.resume import read_stream
 
 # These tests are about replays, not the watchdog: a busy machine must not turn a slow first
@@ -126,9 +125,7 @@ def test_a_stream_cut_by_its_grace_is_read_again_with_an_error_not_a_silent_part
             first = read_stream(gw.url, "POST", CHAT, chat_body(400), leave_after=3)
             hub = gw.state.resume
             assert hub is not None
-            deadline = time.monotonic() + 10
-            while first.stream_id in hub.live and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: first.stream_id not in hub.live or None, what="the grace to cut it")
             again = read_stream(gw.url, "GET", f"/v1/streams/{first.stream_id}")
     assert again.status == 200
     ids, last = again.events[:-1], again.events[-1]

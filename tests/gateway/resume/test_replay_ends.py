@@ -5,7 +5,6 @@ a stream that was never kept told so, and ``starting_after`` past the end of a s
 from __future__ import annotations
 
 import http.client
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,7 +23,7 @@ from steadystream.gateway.resume.hub import StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.lab import LabServer
 from steadystream.protocol import SseEvent, new_decoder
-from tests.support.gateway import chat_body, gateway_config, upstream
+from tests.support.gateway import chat_body, gateway_config, upstream, wait_for
 from tests.support.resume import read_stream
 
 # These tests are about replays, not the watchdog: a busy machine must not turn a slow first
@@ -55,10 +54,7 @@ def typed_events(base: str, path: str) -> list[SseEvent]:
 def ended(gw: GatewayServer, stream_id: str) -> None:
     hub = gw.state.resume
     assert hub is not None
-    deadline = time.monotonic() + 10
-    while stream_id in hub.live and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert stream_id not in hub.live
+    wait_for(lambda: stream_id not in hub.live or None, what="the stream to end")
 
 
 def sequence_of(data: str) -> int:

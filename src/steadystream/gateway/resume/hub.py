@@ -106,10 +106,12 @@ class StreamTee:
             scrub = self._scrub
             if scrub is not None:
                 events = [scrub(event) for event in events]
-            self._local.add(events, len(stamped))
+            # What is kept (the scrubbed events), counted once for both stores' bounds.
+            size = len(events[0]) if len(events) == 1 else sum(map(len, events))
+            self._local.add(events, size)
             shared = self._shared
             if shared is not None:
-                shared.append(self.stream_id, first, events)
+                shared.append(self.stream_id, first, events, size)
             if self.watch is not None:
                 self.watch(events)
         return stamped
@@ -307,9 +309,9 @@ class StreamHub:
         if how == REFUSED:  # the request again is a new request (its key is free here)
             self.local.forget(live.stream_id)
         else:
-            self.local.ended(live.stream_id, how)
+            self.local.ended(live.stream_id, how, live.tee.next_id)
         if self.shared is not None:
-            self.shared.ended(live.stream_id, how)
+            self.shared.ended(live.stream_id, how, live.tee.next_id)
 
     async def info(self, stream_id: str) -> StreamInfo | None:
         """The stream here, else in the shared store."""

@@ -111,7 +111,6 @@ class RedisStore:
         self._pending: list[tuple[Any, ...]] = []
         self._pending_bytes = 0
         self._sizes: dict[str, int] = {}  # bytes written per live stream
-        self._next: dict[str, int] = {}  # the next event id per live stream
         self._broken: OrderedDict[str, str] = OrderedDict()  # stream -> why unresumable
         self._retry_at = 0
         self._wake: asyncio.Event | None = None
@@ -122,16 +121,13 @@ class RedisStore:
 
     def opened(self, info: StreamInfo) -> None:
         self._sizes[info.stream_id] = 0
-        self._next[info.stream_id] = 1
         self._queue(("open", info), 64)
 
-    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
         if stream_id in self._broken:
             return
-        size = len(events[0]) if len(events) == 1 else sum(map(len, events))
         written = self._sizes.get(stream_id, 0) + size
         self._sizes[stream_id] = written
-        self._next[stream_id] = first_id + len(events)
         if written > self.config.max_stream_bytes:
             self._break(stream_id, "too_large")
             return
@@ -140,12 +136,11 @@ class RedisStore:
             return
         self._queue(("append", stream_id, first_id, events), size)
 
-    def ended(self, stream_id: str, how: str) -> None:
+    def ended(self, stream_id: str, how: str, next_id: int) -> None:
         self._sizes.pop(stream_id, None)
         self._refreshed.pop(stream_id, None)
-        last = self._next.pop(stream_id, 1)
         if stream_id not in self._broken:
-            self._queue(("end", stream_id, last, how), 64)
+            self._queue(("end", stream_id, next_id, how), 64)
 
     def alias(self, name: str, stream_id: str) -> None:
         self._queue(("alias", name, stream_id), 64)

@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from steadystream._api_errors import ApiError, ErrorShape, json_response
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
-from steadystream.gateway.events import KEEPALIVE, ChunkFormat, encode_event
+from steadystream.gateway.events import KEEPALIVE, SSE_HEADERS, ChunkFormat, encode_event
 from steadystream.gateway.requests import error_shape, new_request_id
 from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
@@ -52,11 +52,6 @@ __all__ = [
 T = TypeVar("T")
 
 LAST_EVENT_ID = "last-event-id"
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _JOIN_WAIT_NS = 500_000_000
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 _EVENT_END = re.compile(rb"id: \d+(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
@@ -184,7 +179,7 @@ async def serve_replay(
     async def work() -> None:
         nonlocal done
         headers = [
-            *_SSE_HEADERS,
+            *SSE_HEADERS,
             (b"x-request-id", new_request_id().encode()),
             (STREAM_ID_HEADER.lower().encode(), stream_id.encode()),
         ]

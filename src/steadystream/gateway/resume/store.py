@@ -47,11 +47,13 @@ class EventStore(Protocol):
     def opened(self, info: StreamInfo) -> object:
         """A stream starts; its events follow (:meth:`append`)."""
 
-    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
-        """Events ``first_id``, ``first_id + 1``, ...; never waits (a store batches)."""
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
+        """Events ``first_id``, ``first_id + 1``, ... (``size`` bytes in all); never waits
+        (a store batches)."""
 
-    def ended(self, stream_id: str, how: str) -> None:
-        """The stream is over; its events are kept ``resume.ttl`` more."""
+    def ended(self, stream_id: str, how: str, next_id: int) -> None:
+        """The stream is over (its last event ``next_id - 1``); its events are kept
+        ``resume.ttl`` more."""
 
     async def info(self, stream_id: str) -> StreamInfo | None:
         """The stream, or None when the store has no such stream (any more)."""
@@ -126,12 +128,12 @@ class MemoryStore:
         found = self._streams.get(stream_id)
         return None if found is None else found[1]
 
-    def append(self, stream_id: str, first_id: int, events: list[bytes]) -> None:
-        found = self._streams.get(stream_id)
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
+        found = self._streams.get(stream_id)  # (a tee writes to the log opened gave it)
         if found is not None:
-            found[1].add(events, sum(map(len, events)))
+            found[1].add(events, size)
 
-    def ended(self, stream_id: str, how: str) -> None:
+    def ended(self, stream_id: str, how: str, next_id: int) -> None:
         found = self._streams.get(stream_id)
         if found is None:
             gone = self._gone.get(stream_id)
