@@ -40,7 +40,6 @@ __all__ = [
     "EngineReading",
     "Evidence",
     "Neighbours",
-    "gather",
     "gather_all",
 ]
 
@@ -71,24 +70,6 @@ class EngineReading:
     lag_resets: float | None  # the lab re-anchored its plan: its host fell behind
     lag_mean_s: float | None  # the lab's mean lag behind its plan per step meanwhile
     injected: float | None = None  # pauses the server injected meanwhile (the replay's count)
-
-    @classmethod
-    def over(cls, samples: EngineSamples, start_s: float, end_s: float) -> EngineReading:
-        lo, hi = start_s - _BEFORE_S, end_s + _AFTER_S
-        return cls(
-            preemptions=samples.increase(PREEMPTIONS, lo, hi),
-            prompt_tokens=samples.increase(PROMPT_TOKENS, lo, hi),
-            drafts=samples.increase(SPEC_DRAFTS, lo, hi),
-            draft_tokens=samples.increase(SPEC_DRAFT_TOKENS, lo, hi),
-            accepted=samples.increase(SPEC_ACCEPTED, lo, hi),
-            waiting_peak=samples.peak(WAITING, lo, hi),
-            kv_peak=samples.peak(KV_USAGE, lo, hi),
-            lag_resets=samples.increase(LAG_RESETS, lo, hi),
-            lag_mean_s=_ratio(
-                samples.increase(LAG_SUM, lo, hi), samples.increase(LAG_COUNT, lo, hi)
-            ),
-            injected=samples.increase(INJECTED_FAULTS, lo, hi),
-        )
 
     @classmethod
     def over_many(
@@ -170,7 +151,8 @@ def gather_all(
     by_stream: Mapping[int, Sequence[StreamView]],
     engine: EngineSamples | None,
 ) -> list[Evidence]:
-    """:func:`gather` for many stalls at once: the neighbours and the engine over all of
+    """Evidence about each stall from its stream, its neighbours, its other edges and the
+    engine, for many stalls at once: the neighbours and the engine over all of
     them in whole-array passes, each stall's other edges on its own (a handful)."""
     wall0 = np.array([site.stream.wall0_ns or 0 for site in sites], dtype=np.int64)
     timed = np.array([site.stream.wall0_ns is not None for site in sites], dtype=np.bool_)
@@ -221,16 +203,6 @@ def gather_all(
             )
         )
     return evidence
-
-
-def gather(
-    site: StallSite,
-    neighbours: Neighbours,
-    edges: Sequence[StreamView],
-    engine: EngineSamples | None,
-) -> Evidence:
-    """Evidence about ``site`` from its stream, its neighbours, its other edges and the engine."""
-    return gather_all([site], neighbours, {site.stream.stream: edges}, engine)[0]
 
 
 def _placed(

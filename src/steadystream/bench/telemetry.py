@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from steadystream.bench.endpoint import Endpoint
 from steadystream.otel import Call, client_stream, open_exporter, resolve_settings
+from steadystream.otel.streams import server_of
 from steadystream.otel.worker import ExportWorker
 from steadystream.timeline import Timeline
 
@@ -30,18 +30,14 @@ class BenchTelemetry:
     def __init__(self, exporter: OtelExporter, endpoint: Endpoint) -> None:
         self.exporter = exporter
         self._worker = ExportWorker(exporter, exporter.settings.max_queue_spans)
-        url = urllib.parse.urlsplit(endpoint.base_url)
-        try:
-            port = url.port or (443 if url.scheme == "https" else 80)
-        except ValueError:
-            port = None
+        address, port = server_of(endpoint.base_url)
         self._call = Call(
             operation="text_completion" if endpoint.kind == "completions" else "chat",
             provider="anthropic" if endpoint.kind == "messages" else "openai",
             streaming=True,
             request_model=endpoint.model,
             response_model=endpoint.model,
-            server_address=url.hostname,
+            server_address=address,
             server_port=port,
         )
 

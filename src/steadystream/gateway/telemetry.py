@@ -13,7 +13,6 @@ imported then, in the worker that serves (``lifespan``), never by ``check_starta
 from __future__ import annotations
 
 import importlib.util
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 from steadystream._exceptions import ConfigError
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.otel import Call, OtelSettings, TraceContext, gateway_stream, resolve_settings
+from steadystream.otel.streams import server_of
 from steadystream.otel.worker import ExportWorker, Made
 from steadystream.timeline import Timeline
 
@@ -127,12 +127,7 @@ def _server(upstream: UpstreamConfig | None) -> tuple[str | None, int | None]:
     """The upstream's host and port (``server.address``, ``server.port``)."""
     if upstream is None:
         return None, None
-    url = urllib.parse.urlsplit(upstream.base_url)
-    try:
-        port = url.port or (443 if url.scheme == "https" else 80)
-    except ValueError:
-        port = None
-    return url.hostname, port
+    return server_of(upstream.base_url)
 
 
 def _provider(route: str, upstream: UpstreamConfig | None) -> str:

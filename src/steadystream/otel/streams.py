@@ -27,9 +27,18 @@ import numpy.typing as npt
 
 from steadystream._types import Outcome
 from steadystream.metrics import MetricConfig, stream_table
+from steadystream.stamped.target import Target
 from steadystream.timeline import Timeline
 
-__all__ = ["Call", "SpanEvent", "StreamMeasures", "StreamSpan", "client_stream", "gateway_stream"]
+__all__ = [
+    "Call",
+    "SpanEvent",
+    "StreamMeasures",
+    "StreamSpan",
+    "client_stream",
+    "gateway_stream",
+    "server_of",
+]
 
 Attributes = dict[str, Any]
 _NS = 1e9
@@ -54,6 +63,15 @@ class Call:
     metric_model: str | None = None  # the model as a bounded metric label (None: as requested)
     server_address: str | None = None
     server_port: int | None = None
+
+
+def server_of(url: str) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` of a base URL (None, None: not one)."""
+    try:
+        target = Target.from_url(url)
+    except ValueError:
+        return None, None
+    return target.host, target.port
 
 
 @dataclass(frozen=True, slots=True)
