@@ -1,5 +1,8 @@
 # The compiled build of _line_py.py (steadystream._build): the same source, these types.
 
+cimport cython
+
+
 cdef class EventCutter:
     cdef object _decoder
     cdef object _dialect
@@ -7,6 +10,11 @@ cdef class EventCutter:
     cdef public bint keep_raw
     cdef public Py_ssize_t max_event_bytes
 
+    @cython.locals(
+        items=list, pieces=list, buf=bytes, offset=Py_ssize_t, end=Py_ssize_t,
+        wire=Py_ssize_t, complete=Py_ssize_t, pending=Py_ssize_t, limit=Py_ssize_t,
+        keep_raw=bint,
+    )
     cpdef object feed(self, bytes data)
 
 

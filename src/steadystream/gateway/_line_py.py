@@ -47,6 +47,9 @@ _KEEPALIVE = EventKind.KEEPALIVE  # (an enum's member read per event costs a loo
 _ERROR = EventKind.ERROR
 _ROLE = EventKind.ROLE
 _EMPTY = ReadResult(b"", [])
+# Records are made as tuples of their class, every field given: a NamedTuple's own
+# ``__new__`` is a Python function, a call too many on every event of every stream.
+_new = tuple.__new__
 
 
 def _nothing() -> None:
@@ -149,23 +152,23 @@ class EventCutter:
                 message = decoded.error or "error event with no message"
                 return ReadResult(buf[:offset], pieces, Failure(Cause.UPSTREAM_ERROR, message))
             else:
-                pieces.append(
-                    Piece(
-                        kind,
-                        decoded.text,
-                        buf[offset:end] if keep_raw else b"",
-                        wire,
-                        decoded.usage,
-                        decoded.finish,
-                        item.data if keep_raw and type(item) is SseEvent else "",
-                        decoded.usage_counts,
-                        decoded.finished,
-                    )
+                piece = (
+                    kind,
+                    decoded.text,
+                    buf[offset:end] if keep_raw else b"",
+                    wire,
+                    decoded.usage,
+                    decoded.finish,
+                    item.data if keep_raw and type(item) is SseEvent else "",
+                    decoded.usage_counts,
+                    decoded.finished,
                 )
+                pieces.append(_new(Piece, piece))
             offset = end
         if pending > limit:
             return ReadResult(buf[:offset], pieces, self._oversized(pending).failure)
-        return ReadResult(buf[:complete] if offset == complete else buf[:offset], pieces)
+        data = buf[:complete] if offset == complete else buf[:offset]
+        return _new(ReadResult, (data, pieces, None, False))
 
     def _too_large(self, size: int) -> Failure:
         return Failure(
@@ -299,7 +302,7 @@ class StreamLine:
         if pieces:
             self._advance(attempt, watchdog, stamp, pieces)
             if sent:
-                self._hand_over(watchdog, Out(payload, sent), stamp)
+                self._hand_over(watchdog, _new(Out, (payload, sent)), stamp)
         failure = result.failure
         if failure is not None:
             if watchdog.finished and failure.cause is not Cause.DIVERGED:
@@ -362,7 +365,7 @@ class StreamLine:
         buffer = self._buffer
         stamp = self._stamp
         if stamp is not None:
-            out = Out(stamp(out.data), out.pieces)
+            out = _new(Out, (stamp(out.data), out.pieces))
         if outlet is not None and not buffer and outlet.try_write(out):
             return
         if buffer.add(out, out.cost, len(out.pieces)) and not self._paused:

@@ -27,6 +27,7 @@ _ENVELOPE_KEYS = ("id", "created", "model")
 _CONTENT = EventKind.CONTENT  # (a member read per event costs a lookup through its class)
 _KEEPALIVE = Decoded(EventKind.KEEPALIVE)
 _END = Decoded(None)
+_new = tuple.__new__  # (a NamedTuple's own __new__ is a Python call, on every event)
 
 
 class ChatDialect:
@@ -46,7 +47,7 @@ class ChatDialect:
         if isinstance(item, SseComment):
             return _KEEPALIVE
         event = item.event
-        payload = item.data
+        payload: str = item.data
         if event == "message":
             if not payload:
                 return _KEEPALIVE
@@ -64,7 +65,7 @@ class ChatDialect:
                     self._envelope = {key: obj[key] for key in _ENVELOPE_KEYS if key in obj}
                 text = _content_of(obj)
                 if text is not None:
-                    return Decoded(_CONTENT, text)
+                    return _new(Decoded, (_CONTENT, text, -1, None, None, (), None))
                 return _general(classify_chunk(obj, payload), obj, payload)
         chunk = parse_chunk(payload, event=event)  # raises ProtocolError, naming the fault
         return _general(chunk, None, payload)
@@ -73,20 +74,32 @@ class ChatDialect:
 def _content_of(obj: Any) -> str | None:
     """The text of the common chunk (one choice, its delta a non-empty content and at most a
     role); None for any other shape, which the general classification reads."""
-    if type(obj) is not dict or obj.get("error") is not None or obj.get("usage") is not None:
+    # Each value is looked at for its type before it is taken as that type (compiled, the
+    # annotated locals are typed: a dict's ``get`` is then a C call).
+    if type(obj) is not dict:
         return None
-    choices = obj.get("choices")
-    if type(choices) is not list or len(choices) != 1 or obj.get("object") == "error":
+    chunk: dict[str, Any] = obj
+    if chunk.get("error") is not None or chunk.get("usage") is not None:
         return None
-    choice = choices[0]
-    if type(choice) is not dict or choice.get("finish_reason") is not None:
+    found = chunk.get("choices")
+    if type(found) is not list:
         return None
-    delta = choice.get("delta")
-    if type(delta) is dict:
+    choices: list[Any] = found
+    if len(choices) != 1 or chunk.get("object") == "error":
+        return None
+    first = choices[0]
+    if type(first) is not dict:
+        return None
+    choice: dict[str, Any] = first
+    if choice.get("finish_reason") is not None:
+        return None
+    found = choice.get("delta")
+    if type(found) is dict:
+        delta: dict[str, Any] = found
         if len(delta) != 1 and not (len(delta) == 2 and "role" in delta):
             return None
         text = delta.get("content")
-    elif delta is None:  # the completions shape
+    elif found is None:  # the completions shape
         text = choice.get("text")
     else:
         return None

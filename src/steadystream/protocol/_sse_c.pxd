@@ -1,5 +1,8 @@
 # The compiled build of _sse_py.py (steadystream._build): the same source, these types.
 
+cimport cython
+
+
 cdef class SseDecoder:
     cdef bytearray _partial
     cdef bint _skip_lf
@@ -18,6 +21,7 @@ cdef class SseDecoder:
     cpdef list feed(self, data)
     cpdef list close(self)
     cdef SseDecoder _copy(self)
+    @cython.locals(segments=list, segment=bytes, value=bytes, out=list)
     cdef list _whole_events(self, bytes data)
     cdef list _take_lines(self, list lines)
     cdef object _event(self, Py_ssize_t wire_bytes)

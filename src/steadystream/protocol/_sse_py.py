@@ -13,6 +13,9 @@ from steadystream.protocol.sse_items import SseComment, SseEvent, SseItem
 __all__ = ["SseDecoder"]
 
 _BOM = b"\xef\xbb\xbf"
+# Items are made as tuples of their class, every field given: a NamedTuple's own ``__new__``
+# is a Python function, a call too many on every event of every stream.
+_new = tuple.__new__
 
 
 class SseDecoder:
@@ -204,8 +207,9 @@ class SseDecoder:
             value = segment[6:] if segment[5:6] == b" " else segment[5:]
             data_text = value.decode("utf-8", "replace")
             out.append(
-                SseEvent(
-                    data_text, "message", event_id, self._retry_since_dispatch, len(segment) + 2
+                _new(
+                    SseEvent,
+                    (data_text, "message", event_id, self._retry_since_dispatch, len(segment) + 2),
                 )
             )
             self._retry_since_dispatch = None
@@ -231,7 +235,8 @@ class SseDecoder:
             if value[:1] == b" ":
                 value = value[1:]
             if not name:
-                out.append(SseComment(value.decode("utf-8", "replace"), self._item_bytes))
+                comment = (value.decode("utf-8", "replace"), self._item_bytes)
+                out.append(_new(SseComment, comment))
                 self._item_bytes = 0
                 continue
             self._in_block = True
@@ -252,10 +257,13 @@ class SseDecoder:
 
     def _event(self, wire_bytes: int) -> SseEvent:
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-        return SseEvent(
-            data.decode("utf-8", "replace"),
-            self._event_type.decode("utf-8", "replace") if self._event_type else "message",
-            self._id_buffer,
-            self._retry_since_dispatch,
-            wire_bytes,
+        return _new(
+            SseEvent,
+            (
+                data.decode("utf-8", "replace"),
+                self._event_type.decode("utf-8", "replace") if self._event_type else "message",
+                self._id_buffer,
+                self._retry_since_dispatch,
+                wire_bytes,
+            ),
         )
