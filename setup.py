@@ -40,6 +40,7 @@ TWINS = [
     "steadystream.protocol._chat",
     "steadystream.stamped._connection",
     "steadystream.gateway._line",
+    "steadystream.gateway.resume._tee",
 ]
 _HERE = Path(__file__).resolve().parent
 

@@ -45,6 +45,8 @@ _TWINNED = (
     ("StreamLine", "steadystream.gateway._line_py"),
     ("SseDecoder", "steadystream.protocol._sse_py"),
     ("ChatDialect", "steadystream.protocol._chat_py"),
+    ("stamp_events", "steadystream.gateway.resume._tee_py"),
+    ("StreamTee", "steadystream.gateway.resume._tee_py"),
 )
 
 

@@ -302,6 +302,8 @@ class StreamLine:
         if pieces:
             self._advance(attempt, watchdog, stamp, pieces)
             if sent:
+                if self._stamp is not None:  # each event's id:, and the events kept (resume)
+                    payload = self._stamp(payload)
                 self._hand_over(watchdog, _new(Out, (payload, sent)), stamp)
         failure = result.failure
         if failure is not None:
@@ -363,9 +365,6 @@ class StreamLine:
         full buffer pauses the reads (the wait does not count against the upstream)."""
         outlet = self._outlet
         buffer = self._buffer
-        stamp = self._stamp
-        if stamp is not None:
-            out = _new(Out, (stamp(out.data), out.pieces))
         if outlet is not None and not buffer and outlet.try_write(out):
             return
         if buffer.add(out, out.cost, len(out.pieces)) and not self._paused:

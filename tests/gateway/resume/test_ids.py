@@ -6,7 +6,7 @@ from steadystream.gateway.resume.ids import stamp_events
 from steadystream.protocol import SseEvent, new_decoder
 
 
-def test_each_event_gets_the_next_id_as_its_last_field() -> None:
+def test_each_event_gets_the_next_id_as_its_last_field(build: str) -> None:
     data = b'data: {"a":1}\n\nevent: ping\ndata: {}\n\ndata: [DONE]\n\n'
     stamped, events = stamp_events(data, 7)
     assert stamped == (
@@ -19,13 +19,13 @@ def test_each_event_gets_the_next_id_as_its_last_field() -> None:
     ]
 
 
-def test_an_id_the_upstream_wrote_is_overridden_by_ours() -> None:
+def test_an_id_the_upstream_wrote_is_overridden_by_ours(build: str) -> None:
     stamped, _ = stamp_events(b"id: upstream-9\ndata: x\n\n", 1)
     items = new_decoder().feed(stamped)
     assert [(i.data, i.id) for i in items if isinstance(i, SseEvent)] == [("x", "1")]
 
 
-def test_every_line_ending_sse_allows_is_understood() -> None:
+def test_every_line_ending_sse_allows_is_understood(build: str) -> None:
     data = b"data: a\r\n\r\ndata: b\r\rdata: c\n\n"
     stamped, events = stamp_events(data, 1)
     assert len(events) == 3
@@ -33,19 +33,52 @@ def test_every_line_ending_sse_allows_is_understood() -> None:
     assert [(i.data, i.id) for i in items] == [("a", "1"), ("b", "2"), ("c", "3")]
 
 
-def test_comments_pass_without_an_id_and_are_not_kept() -> None:
+def test_comments_pass_without_an_id_and_are_not_kept(build: str) -> None:
     data = b": keepalive\n\ndata: x\n\n: one\n: two\n\n"
     stamped, events = stamp_events(data, 1)
     assert stamped == b": keepalive\n\ndata: x\nid: 1\n\n: one\n: two\n\n"
     assert events == [b"data: x\nid: 1\n\n"]
 
 
-def test_a_comment_before_a_field_is_an_event() -> None:
+def test_a_comment_before_a_field_is_an_event(build: str) -> None:
     _, events = stamp_events(b": note\ndata: x\n\n", 4)
     assert events == [b": note\ndata: x\nid: 4\n\n"]
 
 
-def test_a_read_of_one_event_or_one_comment() -> None:
+def test_a_read_of_one_event_or_one_comment(build: str) -> None:
     assert stamp_events(b"data: a\n\n", 3) == (b"data: a\nid: 3\n\n", [b"data: a\nid: 3\n\n"])
     assert stamp_events(b": keepalive\n\n", 3) == (b": keepalive\n\n", [])
     assert stamp_events(b"data: a\r\n\r\n", 3)[1] == [b"data: a\r\nid: 3\n\r\n"]
+
+
+class _Shared:
+    def __init__(self) -> None:
+        self.appended: list[tuple[str, int, list[bytes], int]] = []
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
+        self.appended.append((stream_id, first_id, events, size))
+
+
+def test_the_tee_numbers_on_keeps_scrubbed_events_in_both_stores(build: str) -> None:
+    from steadystream.gateway.resume.ids import tee_build
+    from steadystream.gateway.resume.log import StreamLog
+
+    tee_class = tee_build().StreamTee
+    assert tee_class.__module__.endswith("_c") is (build == "compiled")
+    log, shared = StreamLog(1 << 20), _Shared()
+    tee = tee_class("s1", log, shared, lambda data: data.replace(b"sk-secret", b"sk-***"))
+    seen: list[list[bytes]] = []
+    tee.watch = seen.append
+    assert tee.stamp(b"data: sk-secret\n\n") == b"data: sk-secret\nid: 1\n\n"  # (the client's
+    # bytes are scrubbed by the relay before the tee: the tee scrubs only what it keeps)
+    assert tee.stamp(b": ping\n\n") == b": ping\n\n"
+    assert tee.stamp(b"data: a\n\ndata: b\n\n") == b"data: a\nid: 2\n\ndata: b\nid: 3\n\n"
+    assert tee.next_id == 4
+    kept = [b"data: sk-***\nid: 1\n\n", b"data: a\nid: 2\n\n", b"data: b\nid: 3\n\n"]
+    assert log.events == kept
+    assert log.size == sum(map(len, kept))
+    assert shared.appended == [
+        ("s1", 1, kept[:1], len(kept[0])),
+        ("s1", 2, kept[1:], len(kept[1]) + len(kept[2])),
+    ]
+    assert seen == [kept[:1], kept[1:]]

@@ -1,7 +1,7 @@
 """The gateway's streams that outlive their reader: ids, the tee into the stores, the grace.
 
 Each streamed request opens a :class:`LiveStream` (:meth:`StreamHub.open`). On the relay's
-path its :class:`StreamTee` stamps each event with its ``id:`` (gateway/resume/ids.py) and
+path its :class:`StreamTee` stamps each event with its ``id:`` (gateway/resume/_tee_py.py) and
 hands the stamped events to the stores: memory (this process) and, when configured, the
 shared one (Redis, batched). The relay tells the stream when its client leaves
 (:meth:`LiveStream.reader_left`); with no reader left the generation runs on for
@@ -25,8 +25,7 @@ import orjson
 from steadystream._clock import Clock
 from steadystream.gateway.config import ResumeConfig
 from steadystream.gateway.export import GatewayMetrics
-from steadystream.gateway.resume.ids import stamp_events
-from steadystream.gateway.resume.log import StreamLog
+from steadystream.gateway.resume.ids import StreamTee, tee_build
 from steadystream.gateway.resume.store import Claim, EventStore, MemoryStore, StreamInfo
 
 __all__ = [
@@ -71,50 +70,6 @@ def _response_name(tenant: str, response_id: str) -> str:
     must not take another tenant's."""
     digest = hashlib.sha256(f"{tenant}\0{response_id}".encode()).hexdigest()
     return f"r{digest[:40]}"
-
-
-class StreamTee:
-    """Stamps a stream's events with their ids and keeps them (on the relay's path).
-
-    ``scrub`` hides upstream keys in what is kept, as it does in what the client gets.
-    """
-
-    __slots__ = ("_local", "_scrub", "_shared", "next_id", "stream_id", "watch")
-
-    def __init__(
-        self,
-        stream_id: str,
-        local: StreamLog,
-        shared: EventStore | None,
-        scrub: Callable[[bytes], bytes] | None,
-    ) -> None:
-        self.stream_id = stream_id
-        self.next_id = 1
-        self._local = local  # (this process's copy, held here: no lookup per read)
-        self._shared = shared
-        self._scrub = scrub
-        # Looks at the first events for what names the stream otherwise (a response's id);
-        # None once it found it, or gave up.
-        self.watch: Callable[[list[bytes]], None] | None = None
-
-    def stamp(self, data: bytes) -> bytes:
-        """``data`` (whole events) with an ``id:`` in each event; the events kept."""
-        first = self.next_id
-        stamped, events = stamp_events(data, first)
-        if events:
-            self.next_id = first + len(events)
-            scrub = self._scrub
-            if scrub is not None:
-                events = [scrub(event) for event in events]
-            # What is kept (the scrubbed events), counted once for both stores' bounds.
-            size = len(events[0]) if len(events) == 1 else sum(map(len, events))
-            self._local.add(events, size)
-            shared = self._shared
-            if shared is not None:
-                shared.append(self.stream_id, first, events, size)
-            if self.watch is not None:
-                self.watch(events)
-        return stamped
 
 
 class LiveStream:
@@ -270,7 +225,8 @@ class StreamHub:
         log = self.local.opened(info)
         if self.shared is not None:
             self.shared.opened(info)
-        live = LiveStream(self, info, StreamTee(stream_id, log, self.shared, scrub))
+        tee = tee_build().StreamTee(stream_id, log, self.shared, scrub)
+        live = LiveStream(self, info, tee)
         if route == "responses":
             live.tee.watch = live.response_created
         self.live[stream_id] = live

@@ -1,0 +1,125 @@
+"""SSE ``id:`` lines on the events the gateway sends, and the tee that keeps them.
+
+An event's id is its decimal sequence number in its stream, from 1 (clients treat it as
+opaque and monotonic). The line goes last in the event, just before the blank line that ends
+it: SSE's last field wins, so an ``id:`` an upstream wrote itself cannot shadow ours. Pure
+comments (``: keepalive``) are no events a client dispatches: they pass without an id, and
+are not kept for replay.
+
+The bytes handed here are whole events (the relay cuts at event boundaries), in any of the
+line endings SSE allows; one regular-expression pass over a read finds their ends.
+
+Every read of a stream with resume on comes through :meth:`StreamTee.stamp`, so this is
+written once, here, in Python, and where the package was built with a compiler it also runs
+compiled by Cython (``_tee_c``, its types in ``_tee_c.pxd``; :mod:`steadystream._build`). The
+tee reads only its own fields and calls only what it was given: the stream's logs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["EventKeeper", "StreamTee", "stamp_events"]
+
+# The blank line that ends an event: two line ends, each CRLF, LF or CR.
+_EVENT_END = re.compile(rb"(\r\n|\r|\n)(?:\r\n|\r|\n)")
+_COLON = 58  # ":": a line that starts with it is a comment
+
+
+class EventKeeper(Protocol):
+    """Where a stream's stamped events are kept: this process's log."""
+
+    def add(self, events: list[bytes], size: int) -> None: ...
+
+
+class SharedKeeper(Protocol):
+    """The store shared by every process (Redis), when there is one."""
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None: ...
+
+
+def stamp_events(data: bytes, next_id: int) -> tuple[bytes, list[bytes]]:
+    """``data`` with an ``id:`` line in each event, numbered from ``next_id``; and the
+    stamped events (the comments left out), in order.
+
+    Bytes after the last event's end (none, from the relay) go on unstamped.
+    """
+    size = len(data)
+    if (
+        size > 2 and data[0] != _COLON and data.find(b"\n\n") == size - 2 and data.find(b"\r") < 0
+    ):  # one event in LF lines (most reads of most upstreams): no scan
+        event = b"%sid: %d\n\n" % (data[:-1], next_id)
+        return event, [event]
+    parts: list[bytes] = []
+    events: list[bytes] = []
+    start = 0
+    for match in _EVENT_END.finditer(data):
+        end = match.end()
+        if data[start] == _COLON and _is_comment(data, start, end):
+            parts.append(data[start:end])
+        else:
+            cut = match.end(1)
+            event = b"%sid: %d\n%s" % (data[start:cut], next_id, data[cut:end])
+            next_id += 1
+            parts.append(event)
+            events.append(event)
+        start = end
+    if start < len(data):
+        parts.append(data[start:])
+    if len(parts) == 1:
+        return parts[0], events
+    return b"".join(parts), events
+
+
+def _is_comment(data: bytes, start: int, end: int) -> bool:
+    """Whether the event in ``data[start:end]``, which starts with a comment line, has no
+    field at all (nothing a client would dispatch)."""
+    return all(not line or line[0] == _COLON for line in data[start:end].splitlines())
+
+
+class StreamTee:
+    """Stamps a stream's events with their ids and keeps them (on the relay's path).
+
+    ``local`` keeps them in this process, ``shared`` (when given) in the store every process
+    reads; ``scrub`` hides upstream keys in what is kept, as it does in what the client gets.
+    """
+
+    __slots__ = ("_local", "_scrub", "_shared", "next_id", "stream_id", "watch")
+
+    def __init__(
+        self,
+        stream_id: str,
+        local: EventKeeper,
+        shared: SharedKeeper | None,
+        scrub: Callable[[bytes], bytes] | None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.next_id = 1
+        self._local = local  # (this process's copy, held here: no lookup per read)
+        self._shared = shared
+        self._scrub = scrub
+        # Looks at the first events for what names the stream otherwise (a response's id);
+        # None once it found it, or gave up.
+        self.watch: Callable[[list[bytes]], None] | None = None
+
+    def stamp(self, data: bytes) -> bytes:
+        """``data`` (whole events) with an ``id:`` in each event; the events kept."""
+        first = self.next_id
+        stamped, events = stamp_events(data, first)
+        count = len(events)
+        if count:
+            self.next_id = first + count
+            scrub = self._scrub
+            if scrub is not None:
+                events = [scrub(event) for event in events]
+            # What is kept (the scrubbed events), counted once for both stores' bounds.
+            size = len(events[0]) if count == 1 else sum(map(len, events))
+            self._local.add(events, size)
+            shared = self._shared
+            if shared is not None:
+                shared.append(self.stream_id, first, events, size)
+            if self.watch is not None:
+                self.watch(events)
+        return stamped
