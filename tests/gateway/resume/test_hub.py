@@ -217,3 +217,46 @@ async def test_a_stream_or_response_is_looked_for_again_while_the_shared_store_b
     assert await task == expected
     assert calls[-1] <= 550 * 1_000_000  # never past the half second (and a step)
     assert (len(calls) > 1) is shared
+
+
+class _Shared:
+    """A shared store that writes down what the hub and the tees give it."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, object] = {}
+        self.appended: list[tuple[str, int, int]] = []
+        self.ends: list[tuple[str, str, int]] = []
+
+    def opened(self, info: StreamInfo, source: object = None) -> None:
+        self.sources[info.stream_id] = source
+
+    def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
+        self.appended.append((stream_id, first_id, len(events)))
+
+    def ended(self, stream_id: str, how: str, next_id: int) -> None:
+        # (before the local store forgets a refused stream's log: the shared store may
+        # still have to take its last events from it)
+        self.ends.append((stream_id, how, next_id))
+
+
+@pytest.mark.asyncio
+async def test_the_shared_store_reads_kept_streams_from_their_logs_and_is_handed_the_rest() -> None:
+    clock = FakeClock()
+    shared = _Shared()
+    metrics = GatewayMetrics(CollectorRegistry())
+    hub = StreamHub(
+        ResumeConfig.model_validate({"max_streams": 1}),
+        clock,
+        metrics,
+        shared=shared,  # type: ignore[arg-type]
+    )
+    kept = hub.open("chat", "t")
+    not_kept = hub.open("chat", "t")  # the one kept stream still runs: this one is not kept
+    kept.tee.stamp(event("a"))
+    not_kept.tee.stamp(event("b") + event("c"))
+    assert shared.sources[kept.stream_id] is hub.local.log(kept.stream_id)  # read from there
+    assert shared.sources[not_kept.stream_id] is None
+    assert shared.appended == [(not_kept.stream_id, 1, 2)]  # handed, read by read
+    not_kept.ended("complete")
+    kept.ended("refused")
+    assert shared.ends == [(not_kept.stream_id, "complete", 3), (kept.stream_id, "refused", 2)]

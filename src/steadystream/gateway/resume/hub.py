@@ -223,9 +223,14 @@ class StreamHub:
         stream_id = stream_id or self.new_id()
         info = StreamInfo(stream_id, route, tenant)
         log = self.local.opened(info)
-        if self.shared is not None:
-            self.shared.opened(info)
-        tee = tee_build().StreamTee(stream_id, log, self.shared, scrub)
+        shared = self.shared
+        if shared is not None:
+            if log.gone is None:  # the shared store reads the events from this log
+                shared.opened(info, log)
+                shared = None
+            else:  # not kept here: the tee hands them to the shared store
+                shared.opened(info)
+        tee = tee_build().StreamTee(stream_id, log, shared, scrub)
         live = LiveStream(self, info, tee)
         if route == "responses":
             live.tee.watch = live.response_created
@@ -262,12 +267,12 @@ class StreamHub:
 
     def ended(self, live: LiveStream, how: str) -> None:
         self.live.pop(live.stream_id, None)
+        if self.shared is not None:  # (first: it takes what it has not from the local log)
+            self.shared.ended(live.stream_id, how, live.tee.next_id)
         if how == REFUSED:  # the request again is a new request (its key is free here)
             self.local.forget(live.stream_id)
         else:
             self.local.ended(live.stream_id, how, live.tee.next_id)
-        if self.shared is not None:
-            self.shared.ended(live.stream_id, how, live.tee.next_id)
 
     async def info(self, stream_id: str) -> StreamInfo | None:
         """The stream here, else in the shared store."""

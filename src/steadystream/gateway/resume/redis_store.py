@@ -17,15 +17,22 @@ the events published between reading the kept ones and subscribing are lost unle
 reader merges two sources; ``XREAD BLOCK`` from the last id it saw gives both in one ordered
 read, and the entry ids are the event ids, so a resume is one command.
 
-**Writes never wait on the relay's path**: :meth:`RedisStore.append` queues the events; one
-writer task sends all that was queued during a loop pass (and the 8 ms after it) as one call
-of a Lua script: one command and one round trip whatever the number of streams and events
-(a command per event cost the client more CPU than the rest of the relay), and the next
-batch while that one is out.
-Queued bytes are bounded (``resume.max_stream_bytes`` times 16); past it, or when Redis does
-not answer, the streams of the lost writes go on *unresumable* (their readers get 410, never
-a gap): said in the log, ``steadystream_resume_store_up`` and ``/healthz``. Nothing else
-fails. Tried again at most once a second while Redis is down.
+**Nothing on the relay's path**: a stream's events are already in this process's log (the
+memory store's, which the tee writes to), so the store reads them from there
+(:meth:`RedisStore.opened` is given the log) and the relay does no work per read for Redis.
+One writer task looks at the running streams' logs every 25 ms and sends what is new in all of
+them, with the opens and ends queued meanwhile, as one call of a Lua script: one command and
+one round trip whatever the number of streams and events (a command per event cost the
+client more CPU than the rest of the relay), and the next batch while that one is out. At a
+stream's end what its log holds and Redis does not yet is queued at once, before the end, so
+nothing the memory store lets go of later is missed. A stream the memory store does not keep
+(``resume.max_streams`` streams all running) has its events handed here read by read
+(:meth:`RedisStore.append`), queued, and sent the same way.
+Each batch is bounded (``resume.max_stream_bytes`` times 16: what logs hold past it waits for
+the next batch; handed events past it make their stream unresumable). When Redis does not
+answer, the streams of the lost writes go on *unresumable* (their readers get 410, never a
+gap): said in the log, ``steadystream_resume_store_up`` and ``/healthz``. Nothing else fails.
+Tried again at most once a second while Redis is down.
 """
 
 from __future__ import annotations
@@ -39,18 +46,20 @@ from typing import Any
 from steadystream._clock import NS_PER_S, Clock
 from steadystream.gateway.config import ResumeConfig
 from steadystream.gateway.export import GatewayMetrics
-from steadystream.gateway.resume.log import StreamGone
+from steadystream.gateway.resume.log import StreamGone, StreamLog
 from steadystream.gateway.resume.store import Claim, StreamInfo
 
 __all__ = ["RedisStore"]
 
 _CONNECT_S = 1.0
 _COMMAND_S = 2.0  # a command (or a pipeline) Redis does not answer in this is a failure
-# A batch takes what was queued this long after its first write: a call costs the client
-# ~0.2 ms of CPU (redis-py's), so at 2 ms a loaded gateway spent ~14 µs an event on calls
-# (0.82 of resume off); at 8 ms a quarter as many. Readers on another replica see live
-# events up to this much later (a reader on this process reads its own copy).
-_COALESCE_S = 0.008
+# A batch takes what the logs and the queue got in this long: each call costs the client
+# and Redis (which shares the gateway's cores) a fixed part, so fewer calls cost less: a
+# loaded gateway relayed 0.82 of resume off's events per CPU-second with calls every 2 ms,
+# 0.82-0.84 every 8 ms, 0.86-0.88 every 25 ms (benchmarks/bench_resume.py). Readers on
+# another replica see live events up to this much later (a reader on this process reads
+# its own copy): 25 ms is below what a person reading can tell.
+_COALESCE_S = 0.025
 _RETRY_NS = NS_PER_S  # while Redis is down, a batch is tried at most this often
 _HEARTBEAT_MS = 3_000  # a remote reader's mark lives this long; refreshed every second
 _READ_COUNT = 1_000  # entries per XREAD
@@ -110,7 +119,10 @@ class RedisStore:
         self.on_cancel: Callable[[str], None] | None = None  # the hub's: cancel a stream here
         self._pending: list[tuple[Any, ...]] = []
         self._pending_bytes = 0
-        self._sizes: dict[str, int] = {}  # bytes written per live stream
+        self._sizes: dict[str, int] = {}  # bytes written per live stream (handed ones)
+        # The running streams whose events are read from this process's log: stream ->
+        # [its log, events of it taken for Redis so far].
+        self._sources: dict[str, list[Any]] = {}
         self._broken: OrderedDict[str, str] = OrderedDict()  # stream -> why unresumable
         self._retry_at = 0
         self._wake: asyncio.Event | None = None
@@ -119,8 +131,13 @@ class RedisStore:
 
     # -- writes: queued on the relay's path, sent by the writer task -----------------------
 
-    def opened(self, info: StreamInfo) -> None:
-        self._sizes[info.stream_id] = 0
+    def opened(self, info: StreamInfo, source: StreamLog | None = None) -> None:
+        """A stream starts. With ``source`` (its log in this process) its events are read from
+        there; without, they are handed here (:meth:`append`)."""
+        if source is not None:
+            self._sources[info.stream_id] = [source, 0]
+        else:
+            self._sizes[info.stream_id] = 0
         self._queue(("open", info), 64)
 
     def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
@@ -139,8 +156,34 @@ class RedisStore:
     def ended(self, stream_id: str, how: str, next_id: int) -> None:
         self._sizes.pop(stream_id, None)
         self._refreshed.pop(stream_id, None)
+        source = self._sources.pop(stream_id, None)
+        if source is not None:
+            # What the log holds and Redis does not, now: the memory store may let go of an
+            # ended stream's events (to make room) before the next batch.
+            self._take(stream_id, source, queue=True)
         if stream_id not in self._broken:
             self._queue(("end", stream_id, next_id, how), 64)
+
+    def _take(self, stream_id: str, source: list[Any], *, queue: bool) -> tuple[Any, ...] | None:
+        """The events of ``source`` (a log) not yet taken, as an append (queued, with
+        ``queue``); None when there are none, or the log let go of them (then the stream is
+        unresumable here too, for the same reason)."""
+        log: StreamLog = source[0]
+        taken: int = source[1]
+        if log.gone is not None:
+            self._sources.pop(stream_id, None)
+            self._break(stream_id, log.gone.reason)
+            return None
+        events = log.events
+        count = len(events)
+        if count <= taken or stream_id in self._broken:
+            return None
+        fresh = events[taken:count]
+        source[1] = count
+        command = ("append", stream_id, taken + 1, fresh)
+        if queue:
+            self._queue(command, sum(map(len, fresh)))
+        return command
 
     def alias(self, name: str, stream_id: str) -> None:
         self._queue(("alias", name, stream_id), 64)
@@ -162,6 +205,7 @@ class RedisStore:
 
     def _break(self, stream_id: str, reason: str) -> None:
         """No more writes for ``stream_id``; readers are told it cannot be resumed."""
+        self._sources.pop(stream_id, None)
         if stream_id in self._broken:
             return
         self._broken[stream_id] = reason
@@ -173,13 +217,13 @@ class RedisStore:
         wake = self._wake
         assert wake is not None
         while True:
-            await wake.wait()
-            # What more loop passes bring in the next moment goes in the same call: a call
-            # costs the client a fixed ~0.2 ms of CPU, and readers elsewhere wait 8 ms more.
+            if not self._sources:
+                await wake.wait()
+            # What more loop passes bring in the next moments goes in the same call (see
+            # _COALESCE_S): the running streams' logs are looked at once a batch.
             await asyncio.sleep(_COALESCE_S)
             wake.clear()
-            batch, self._pending = self._pending, []
-            self._pending_bytes = 0
+            batch = self._batch()
             if not batch:
                 continue
             if self.clock.now_ns() < self._retry_at:
@@ -196,6 +240,29 @@ class RedisStore:
                     self.up = True
                     self.metrics.resume_store_up.set(1)
                     self.log.warning("resume store (redis): reachable again")
+
+    def _batch(self) -> list[tuple[Any, ...]]:
+        """What goes in the next call: the opens queued, then what the running streams' logs
+        hold that Redis does not (up to the batch's bound: the rest waits for the next), then
+        the rest of the queue in its order (ends come after their streams' last events)."""
+        queued, self._pending = self._pending, []
+        self._pending_bytes = 0
+        batch = [command for command in queued if command[0] == "open"]
+        opens = len(batch)
+        room = self.max_pending
+        for stream_id, source in list(self._sources.items()):
+            log: StreamLog = source[0]
+            if log.gone is None and len(log.events) <= source[1]:
+                continue  # (most streams, most passes: nothing new)
+            if room <= 0:
+                break
+            command = self._take(stream_id, source, queue=False)
+            if command is not None:
+                batch.append(command)
+                room -= sum(map(len, command[3]))
+        if opens < len(queued):
+            batch += [command for command in queued if command[0] != "open"]
+        return batch
 
     async def _send(self, batch: list[tuple[Any, ...]]) -> None:
         """The batch as one call of the writer script (:data:`_WRITE`) with one argument

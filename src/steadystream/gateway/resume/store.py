@@ -44,8 +44,9 @@ class Claim(NamedTuple):
 class EventStore(Protocol):
     """A store of streams' events (see the module docstring)."""
 
-    def opened(self, info: StreamInfo) -> object:
-        """A stream starts; its events follow (:meth:`append`)."""
+    def opened(self, info: StreamInfo, source: StreamLog | None = None) -> object:
+        """A stream starts; its events follow (:meth:`append`), or, with ``source`` (the
+        stream's log in this process, which its tee writes to), are read from there."""
 
     def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None:
         """Events ``first_id``, ``first_id + 1``, ... (``size`` bytes in all); never waits
@@ -109,8 +110,9 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._streams)
 
-    def opened(self, info: StreamInfo) -> StreamLog:
-        """(Also gives the stream's log, for its tee to write to directly.)"""
+    def opened(self, info: StreamInfo, source: StreamLog | None = None) -> StreamLog:
+        """(Also gives the stream's log, for its tee to write to directly: memory's logs are
+        the sources, so ``source`` is not used.)"""
         self.sweep()
         log = StreamLog(self.max_stream_bytes)
         while len(self._streams) >= self.max_streams and self._ended:

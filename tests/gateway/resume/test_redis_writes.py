@@ -1,0 +1,148 @@
+"""What the Redis store writes, and when: a stream's events read from its log in this process,
+or handed read by read when this process does not keep it; in order, ends after events.
+
+Each test starts its own ``redis-server`` (conftest.py) and drives the store on a real loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from steadystream._clock import MonotonicClock
+from steadystream.gateway.config import ResumeConfig
+from steadystream.gateway.export import GatewayMetrics
+from steadystream.gateway.resume.log import StreamGone, StreamLog
+from steadystream.gateway.resume.redis_store import RedisStore
+from steadystream.gateway.resume.store import StreamInfo
+from tests.support.resume import RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+def _store(server: RedisServer, **config: object) -> RedisStore:
+    return RedisStore(
+        ResumeConfig.model_validate({"store": server.url, **config}),
+        MonotonicClock(),
+        GatewayMetrics(CollectorRegistry()),
+        logging.getLogger("test"),
+    )
+
+
+def _entries(server: RedisServer, stream_id: str) -> list[tuple[int, dict[bytes, bytes]]]:
+    client = redis.Redis.from_url(server.url)
+    try:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(f"ss:{stream_id}:e")  # type: ignore[assignment]
+        return [(int(entry_id.split(b"-")[1]), fields) for entry_id, fields in entries]
+    finally:
+        client.close()
+
+
+def _meta(server: RedisServer, stream_id: str) -> dict[bytes, bytes]:
+    client = redis.Redis.from_url(server.url)
+    try:
+        meta: dict[bytes, bytes] = client.hgetall(f"ss:{stream_id}:m")  # type: ignore[assignment]
+        return meta
+    finally:
+        client.close()
+
+
+async def _until(check: object, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("Redis never got the writes")
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_a_kept_stream_is_read_from_its_log_and_its_end_follows_its_events(
+    redis_server: RedisServer,
+) -> None:
+    store = _store(redis_server)
+    log = StreamLog(1 << 20)
+    try:
+        store.opened(StreamInfo("s1", "chat", "t"), log)
+        log.add([b"data: a\nid: 1\n\n", b"data: b\nid: 2\n\n"], 30)
+        await _until(lambda: len(_entries(redis_server, "s1")) == 2)
+        log.add([b"data: c\nid: 3\n\n"], 15)  # (the end comes before the next batch)
+        store.ended("s1", "complete", 4)
+        # The memory store may let go of an ended stream's events at once (to make room):
+        # what Redis had not got was taken at the end.
+        log.drop(StreamGone("evicted", "made room"))
+        await _until(lambda: len(_entries(redis_server, "s1")) == 4)
+    finally:
+        await store.close()
+    entries = _entries(redis_server, "s1")
+    assert [number for number, _ in entries] == [1, 2, 3, 4]
+    assert [fields.get(b"d") for _, fields in entries[:3]] == [
+        b"data: a\nid: 1\n\n",
+        b"data: b\nid: 2\n\n",
+        b"data: c\nid: 3\n\n",
+    ]
+    assert entries[3][1] == {b"x": b"complete"}
+    assert _meta(redis_server, "s1")[b"ended"] == b"complete"
+
+
+@pytest.mark.asyncio
+async def test_a_log_past_its_bound_makes_the_stream_unresumable_in_redis_too(
+    redis_server: RedisServer,
+) -> None:
+    store = _store(redis_server)
+    log = StreamLog(40)
+    try:
+        store.opened(StreamInfo("s2", "chat", "t"), log)
+        log.add([b"data: a\nid: 1\n\n"], 15)
+        await _until(lambda: len(_entries(redis_server, "s2")) == 1)
+        log.add([b"data: " + b"x" * 40 + b"\nid: 2\n\n"], 55)  # past the bound: dropped
+        await _until(lambda: _meta(redis_server, "s2").get(b"gone") is not None)
+        store.ended("s2", "complete", 3)
+        await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+    assert _meta(redis_server, "s2")[b"gone"] == b"too_large"
+    assert _entries(redis_server, "s2") == []  # no partial left to replay
+
+
+@pytest.mark.asyncio
+async def test_a_stream_this_process_does_not_keep_is_handed_read_by_read(
+    redis_server: RedisServer,
+) -> None:
+    store = _store(redis_server)
+    try:
+        store.opened(StreamInfo("s3", "chat", "t"))
+        store.append("s3", 1, [b"data: a\nid: 1\n\n"], 15)
+        store.append("s3", 2, [b"data: b\nid: 2\n\n"], 15)
+        store.ended("s3", "complete", 3)
+        await _until(lambda: len(_entries(redis_server, "s3")) == 3)
+    finally:
+        await store.close()
+    assert [fields.get(b"d") for _, fields in _entries(redis_server, "s3")[:2]] == [
+        b"data: a\nid: 1\n\n",
+        b"data: b\nid: 2\n\n",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_many_running_streams_are_written_in_bounded_batches_and_none_is_lost(
+    redis_server: RedisServer,
+) -> None:
+    # A batch holds at most max_stream_bytes x 16 of the logs' events: the rest waits for
+    # the next one (it is in the logs), it is not dropped.
+    store = _store(redis_server, max_stream_bytes="1KiB")
+    logs = [StreamLog(1 << 10) for _ in range(40)]
+    event = b"data: " + b"y" * 500 + b"\nid: %d\n\n"
+    try:
+        for index, log in enumerate(logs):
+            store.opened(StreamInfo(f"m{index}", "chat", "t"), log)
+            log.add([event % 1], len(event % 1))
+        await _until(lambda: all(_entries(redis_server, f"m{i}") for i in range(40)))
+    finally:
+        await store.close()
+    for index in range(40):
+        assert _meta(redis_server, f"m{index}").get(b"gone") is None
+        assert [number for number, _ in _entries(redis_server, f"m{index}")] == [1]
