@@ -3,8 +3,25 @@
 cimport cython
 
 
-@cython.locals(size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, cut=Py_ssize_t, event=bytes)
+cdef class StreamLog:
+    cdef public list events
+    cdef public Py_ssize_t size
+    cdef public Py_ssize_t max_bytes
+    cdef public object ended
+    cdef public long long ended_ns
+    cdef public object gone
+    cdef list _waiters
+
+    cpdef void add(self, list events, Py_ssize_t size)
+    cpdef void keep(self, bytes event)
+    cdef void _too_large(self)
+
+
+@cython.locals(event=bytes)
 cpdef tuple stamp_events(bytes data, long long next_id)
+
+@cython.locals(size=Py_ssize_t)
+cdef bint _one_event(bytes data)
 
 
 cdef class StreamTee:
@@ -15,5 +32,5 @@ cdef class StreamTee:
     cdef object _scrub
     cdef public object watch
 
-    @cython.locals(first=cython.longlong, count=Py_ssize_t, size=Py_ssize_t, events=list)
+    @cython.locals(first=cython.longlong, count=Py_ssize_t, size=Py_ssize_t, events=list, event=bytes)
     cpdef bytes stamp(self, bytes data)

@@ -17,21 +17,28 @@ tee reads only its own fields and calls only what it was given: the stream's log
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["EventKeeper", "StreamTee", "stamp_events"]
+from steadystream._clock import Clock
+from steadystream.gateway.resume.gone import StreamGone
+
+__all__ = ["EventKeeper", "StreamLog", "StreamTee", "stamp_events"]
 
 # The blank line that ends an event: two line ends, each CRLF, LF or CR.
 _EVENT_END = re.compile(rb"(\r\n|\r|\n)(?:\r\n|\r|\n)")
 _COLON = 58  # ":": a line that starts with it is a comment
+_LF = 10
 
 
 class EventKeeper(Protocol):
-    """Where a stream's stamped events are kept: this process's log."""
+    """Where a stream's stamped events are kept: this process's log (:class:`StreamLog`)."""
 
     def add(self, events: list[bytes], size: int) -> None: ...
+
+    def keep(self, event: bytes) -> None: ...
 
 
 class SharedKeeper(Protocol):
@@ -40,16 +47,95 @@ class SharedKeeper(Protocol):
     def append(self, stream_id: str, first_id: int, events: list[bytes], size: int) -> None: ...
 
 
+class StreamLog:
+    """One stream's events (see the module docstring)."""
+
+    __slots__ = ("_waiters", "ended", "ended_ns", "events", "gone", "max_bytes", "size")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.events: list[bytes] = []
+        self.size = 0
+        self.max_bytes = max_bytes
+        self.ended: str | None = None  # how the stream ended; None while it runs
+        self.ended_ns = 0
+        self.gone: StreamGone | None = None  # why its events are not kept
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def add(self, events: list[bytes], size: int) -> None:
+        """Keep ``events`` (``size`` bytes in all), and wake the readers waiting for them."""
+        if self.gone is None:
+            self.size += size
+            if self.size > self.max_bytes:
+                self._too_large()
+                return
+            self.events += events
+        if self._waiters:
+            self._wake()
+
+    def keep(self, event: bytes) -> None:
+        """Keep one event (:meth:`add` of ``[event]``: most reads bring one)."""
+        if self.gone is None:
+            self.size += len(event)
+            if self.size > self.max_bytes:
+                self._too_large()
+                return
+            self.events.append(event)
+        if self._waiters:
+            self._wake()
+
+    def _too_large(self) -> None:
+        self.drop(
+            StreamGone(
+                "too_large",
+                f"the stream passed resume.max_stream_bytes ({self.max_bytes} bytes);"
+                " its events are not kept",
+            )
+        )
+
+    def end(self, how: str, now_ns: int) -> None:
+        """The stream is over (``how``: complete, error, cancelled, ...)."""
+        if self.ended is None:
+            self.ended = how
+            self.ended_ns = now_ns
+        self._wake()
+
+    def drop(self, gone: StreamGone) -> None:
+        """Let go of the events; readers get ``gone``."""
+        if self.gone is None:
+            self.gone = gone
+        self.events = []
+        self.size = 0
+        self._wake()
+
+    async def wait(self, seen: int, clock: Clock, deadline_ns: int) -> None:
+        """Until there are more than ``seen`` events, the stream ends or is gone, or the
+        deadline passes (the caller looks which)."""
+        if len(self.events) > seen or self.ended is not None or self.gone is not None:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        stop = clock.wake_at(deadline_ns, future)
+        try:
+            await future
+        finally:
+            stop()
+            if future in self._waiters:
+                self._waiters.remove(future)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+
 def stamp_events(data: bytes, next_id: int) -> tuple[bytes, list[bytes]]:
     """``data`` with an ``id:`` line in each event, numbered from ``next_id``; and the
     stamped events (the comments left out), in order.
 
     Bytes after the last event's end (none, from the relay) go on unstamped.
     """
-    size = len(data)
-    if (
-        size > 2 and data[0] != _COLON and data.find(b"\n\n") == size - 2 and data.find(b"\r") < 0
-    ):  # one event in LF lines (most reads of most upstreams): no scan
+    if _one_event(data):  # (most reads of most upstreams): no scan
         event = b"%sid: %d\n\n" % (data[:-1], next_id)
         return event, [event]
     parts: list[bytes] = []
@@ -71,6 +157,19 @@ def stamp_events(data: bytes, next_id: int) -> tuple[bytes, list[bytes]]:
     if len(parts) == 1:
         return parts[0], events
     return b"".join(parts), events
+
+
+def _one_event(data: bytes) -> bool:
+    """Whether ``data`` is one event of one line (no comment), LF-ended, with its blank line:
+    what chat upstreams send. (A search for one byte is the cheap one.)"""
+    size = len(data)
+    return (
+        size > 2
+        and data[0] != _COLON
+        and data.find(b"\n") == size - 2
+        and data[size - 1] == _LF
+        and data.find(b"\r") < 0
+    )
 
 
 def _is_comment(data: bytes, start: int, end: int) -> bool:
@@ -107,6 +206,12 @@ class StreamTee:
     def stamp(self, data: bytes) -> bytes:
         """``data`` (whole events) with an ``id:`` in each event; the events kept."""
         first = self.next_id
+        plain = self._scrub is None and self._shared is None and self.watch is None
+        if plain and _one_event(data):  # one event, kept as it goes (most reads, no keys)
+            event = b"%sid: %d\n\n" % (data[:-1], first)
+            self.next_id = first + 1
+            self._local.keep(event)
+            return event
         stamped, events = stamp_events(data, first)
         count = len(events)
         if count:

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple, Protocol
 
 from steadystream._clock import Clock
+from steadystream.gateway.resume.ids import tee_build
 from steadystream.gateway.resume.log import StreamGone, StreamLog, follow
 
 __all__ = ["Claim", "EventStore", "MemoryStore", "StreamInfo"]
@@ -114,7 +115,7 @@ class MemoryStore:
         """(Also gives the stream's log, for its tee to write to directly: memory's logs are
         the sources, so ``source`` is not used.)"""
         self.sweep()
-        log = StreamLog(self.max_stream_bytes)
+        log: StreamLog = tee_build().StreamLog(self.max_stream_bytes)  # (the tee's build)
         while len(self._streams) >= self.max_streams and self._ended:
             self._forget(next(iter(self._ended)), why="evicted")
         if len(self._streams) >= self.max_streams:
