@@ -139,11 +139,12 @@ sanitize: $(SANITIZED)
 		PYTHONPATH=$(SANITIZE)/run STEADYSTREAM_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} \
 		$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal \
 		tests/gateway/test_fuzz.py tests/gateway/test_line.py tests/gateway/test_events.py \
-		tests/stamped tests/protocol
+		tests/gateway/resume/test_ids.py tests/stamped tests/protocol
 
 # The instrumented build of the twins, made again only when one's source or the build changes;
 # the rest of the source is copied fresh beside it for every run.
-$(SANITIZED): $(STAMP) setup.py $(wildcard src/steadystream/*/*_py.py src/steadystream/*/*_c.pxd)
+$(SANITIZED): $(STAMP) setup.py $(wildcard src/steadystream/*/*_py.py src/steadystream/*/*_c.pxd \
+		src/steadystream/*/*/*_py.py src/steadystream/*/*/*_c.pxd)
 	rm -rf $(SANITIZE) && mkdir -p $(SANITIZE)/build
 	cp -r src setup.py pyproject.toml MANIFEST.in README.md $(SANITIZE)/build/
 	find $(SANITIZE)/build/src -name '*.so' -delete
