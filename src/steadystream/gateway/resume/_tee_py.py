@@ -9,6 +9,11 @@ are not kept for replay.
 The bytes handed here are whole events (the relay cuts at event boundaries), in any of the
 line endings SSE allows; one regular-expression pass over a read finds their ends.
 
+The tee keeps the stamped events in the stream's :class:`StreamLog` (this process's copy,
+which readers who come back here follow, and the Redis store reads from): up to
+``max_bytes``, past which the events are dropped at once and the stream is *gone* for
+resumes (it goes on for its reader), never a silent partial.
+
 Every read of a stream with resume on comes through :meth:`StreamTee.stamp`, so this is
 written once, here, in Python, and where the package was built with a compiler it also runs
 compiled by Cython (``_tee_c``, its types in ``_tee_c.pxd``; :mod:`steadystream._build`). The

@@ -120,22 +120,21 @@ class RedisStore:
         self._pending: list[tuple[Any, ...]] = []
         self._pending_bytes = 0
         self._sizes: dict[str, int] = {}  # bytes written per live stream (handed ones)
-        # The running streams whose events are read from this process's log: stream ->
-        # [its log, events of it taken for Redis so far].
-        self._sources: dict[str, list[Any]] = {}
+        # The running streams whose events are read from their log in this process.
+        self._sources: dict[str, _Source] = {}
         self._broken: OrderedDict[str, str] = OrderedDict()  # stream -> why unresumable
         self._retry_at = 0
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
 
-    # -- writes: queued on the relay's path, sent by the writer task -----------------------
+    # -- writes: taken from the logs or queued, sent by the writer task ---------------------
 
     def opened(self, info: StreamInfo, source: StreamLog | None = None) -> None:
         """A stream starts. With ``source`` (its log in this process) its events are read from
         there; without, they are handed here (:meth:`append`)."""
         if source is not None:
-            self._sources[info.stream_id] = [source, 0]
+            self._sources[info.stream_id] = _Source(source)
         else:
             self._sizes[info.stream_id] = 0
         self._queue(("open", info), 64)
@@ -164,12 +163,12 @@ class RedisStore:
         if stream_id not in self._broken:
             self._queue(("end", stream_id, next_id, how), 64)
 
-    def _take(self, stream_id: str, source: list[Any], *, queue: bool) -> tuple[Any, ...] | None:
-        """The events of ``source`` (a log) not yet taken, as an append (queued, with
+    def _take(self, stream_id: str, source: _Source, *, queue: bool) -> tuple[Any, ...] | None:
+        """The events of ``source``'s log not yet taken, as an append (queued, with
         ``queue``); None when there are none, or the log let go of them (then the stream is
         unresumable here too, for the same reason)."""
-        log: StreamLog = source[0]
-        taken: int = source[1]
+        log = source.log
+        taken = source.taken
         if log.gone is not None:
             self._sources.pop(stream_id, None)
             self._break(stream_id, log.gone.reason)
@@ -179,7 +178,7 @@ class RedisStore:
         if count <= taken or stream_id in self._broken:
             return None
         fresh = events[taken:count]
-        source[1] = count
+        source.taken = count
         command = ("append", stream_id, taken + 1, fresh)
         if queue:
             self._queue(command, sum(map(len, fresh)))
@@ -251,8 +250,8 @@ class RedisStore:
         opens = len(batch)
         room = self.max_pending
         for stream_id, source in list(self._sources.items()):
-            log: StreamLog = source[0]
-            if log.gone is None and len(log.events) <= source[1]:
+            log = source.log
+            if log.gone is None and len(log.events) <= source.taken:
                 continue  # (most streams, most passes: nothing new)
             if room <= 0:
                 break
@@ -532,6 +531,16 @@ if (not held) or (ARGV[3] ~= '' and held == ARGV[3]) then
 end
 return held
 """
+
+
+class _Source:
+    """A running stream whose events the store reads from its log in this process."""
+
+    __slots__ = ("log", "taken")
+
+    def __init__(self, log: StreamLog) -> None:
+        self.log = log
+        self.taken = 0  # its events taken for Redis so far (the log's first ``taken``)
 
 
 def _record(add: Callable[[bytes], None], op: bytes, name: str, number: int, text: str) -> None:
