@@ -2,11 +2,12 @@
 
 Each streamed request opens a :class:`LiveStream` (:meth:`StreamHub.open`). On the relay's
 path its :class:`StreamTee` stamps each event with its ``id:`` (gateway/resume/_tee_py.py) and
-hands the stamped events to the stores: memory (this process) and, when configured, the
-shared one (Redis, batched). The relay tells the stream when its client leaves
-(:meth:`LiveStream.reader_left`); with no reader left the generation runs on for
-``resume.grace``, then the stream's ``cancel`` (the relay's) is called, as a disconnect
-cancels without resume. Readers who come back (:mod:`steadystream.gateway.resume.routes`)
+keeps the stamped events in the stream's log in this process; the shared store, when
+configured (Redis, batched), reads them from that log off the relay's path, or is handed
+them by the tee for a stream this process does not keep. The relay tells the stream when
+its client leaves (:meth:`LiveStream.reader_left`); with no reader left the generation runs
+on for ``resume.grace``, then the stream's ``cancel`` (the relay's) is called, as a
+disconnect cancels without resume. Readers who come back (:mod:`steadystream.gateway.resume.routes`)
 count as readers while they read. Tokens generated while no one read are counted in
 ``steadystream_tokens_without_reader_total``.
 """
