@@ -61,11 +61,10 @@ class _Shared:
 
 def test_the_tee_numbers_on_keeps_scrubbed_events_in_both_stores(build: str) -> None:
     from steadystream.gateway.resume.ids import tee_build
-    from steadystream.gateway.resume.log import StreamLog
 
     tee_class = tee_build().StreamTee
     assert tee_class.__module__.endswith("_c") is (build == "compiled")
-    log, shared = StreamLog(1 << 20), _Shared()
+    log, shared = tee_build().StreamLog(1 << 20), _Shared()
     tee = tee_class("s1", log, shared, lambda data: data.replace(b"sk-secret", b"sk-***"))
     seen: list[list[bytes]] = []
     tee.watch = seen.append
@@ -82,3 +81,21 @@ def test_the_tee_numbers_on_keeps_scrubbed_events_in_both_stores(build: str) -> 
         ("s1", 2, kept[1:], len(kept[1]) + len(kept[2])),
     ]
     assert seen == [kept[:1], kept[1:]]
+
+
+def test_a_plain_tee_keeps_one_event_reads_as_they_go_and_drops_a_stream_past_its_bound(
+    build: str,
+) -> None:
+    from steadystream.gateway.resume.ids import tee_build
+
+    log = tee_build().StreamLog(40)
+    tee = tee_build().StreamTee("s1", log, None, None)  # no keys, no shared store, no watch
+    assert tee.stamp(b"data: a\n\n") == b"data: a\nid: 1\n\n"
+    assert tee.stamp(b"data: b\r\n\r\n") == b"data: b\r\nid: 2\n\r\n"  # (not one LF line)
+    assert log.events == [b"data: a\nid: 1\n\n", b"data: b\r\nid: 2\n\r\n"]
+    assert log.size == 32
+    assert tee.stamp(b"data: c\n\n") == b"data: c\nid: 3\n\n"  # past 40 bytes kept
+    assert log.events == []
+    assert log.gone is not None
+    assert log.gone.reason == "too_large"
+    assert tee.next_id == 4  # the ids go on for the reader who still reads

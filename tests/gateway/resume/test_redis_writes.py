@@ -51,6 +51,15 @@ def _meta(server: RedisServer, stream_id: str) -> dict[bytes, bytes]:
         client.close()
 
 
+def _alias(server: RedisServer, name: str) -> bytes | None:
+    client = redis.Redis.from_url(server.url)
+    try:
+        found: bytes | None = client.get(f"ss:a:{name}")  # type: ignore[assignment]
+        return found
+    finally:
+        client.close()
+
+
 async def _until(check: object, timeout_s: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check():  # type: ignore[operator]
@@ -101,10 +110,13 @@ async def test_a_log_past_its_bound_makes_the_stream_unresumable_in_redis_too(
         log.add([b"data: " + b"x" * 40 + b"\nid: 2\n\n"], 55)  # past the bound: dropped
         await _until(lambda: _meta(redis_server, "s2").get(b"gone") is not None)
         store.ended("s2", "complete", 3)
-        await asyncio.sleep(0.05)
+        store.alias("after-s2", "s2")  # (batches go in order: once it is there, so is any end)
+        await _until(lambda: _alias(redis_server, "after-s2") is not None)
     finally:
         await store.close()
-    assert _meta(redis_server, "s2")[b"gone"] == b"too_large"
+    meta = _meta(redis_server, "s2")
+    assert meta[b"gone"] == b"too_large"
+    assert b"ended" not in meta  # no end written over the reason it cannot be resumed
     assert _entries(redis_server, "s2") == []  # no partial left to replay
 
 

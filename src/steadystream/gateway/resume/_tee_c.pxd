@@ -23,6 +23,8 @@ cpdef tuple stamp_events(bytes data, long long next_id)
 @cython.locals(size=Py_ssize_t)
 cdef bint _one_event(bytes data)
 
+cdef bytes _stamped_one(bytes data, long long event_id)
+
 
 cdef class StreamTee:
     cdef public str stream_id

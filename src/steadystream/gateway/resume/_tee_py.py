@@ -141,7 +141,7 @@ def stamp_events(data: bytes, next_id: int) -> tuple[bytes, list[bytes]]:
     Bytes after the last event's end (none, from the relay) go on unstamped.
     """
     if _one_event(data):  # (most reads of most upstreams): no scan
-        event = b"%sid: %d\n\n" % (data[:-1], next_id)
+        event = _stamped_one(data, next_id)
         return event, [event]
     parts: list[bytes] = []
     events: list[bytes] = []
@@ -175,6 +175,11 @@ def _one_event(data: bytes) -> bool:
         and data[size - 1] == _LF
         and data.find(b"\r") < 0
     )
+
+
+def _stamped_one(data: bytes, event_id: int) -> bytes:
+    """The one event of ``data`` (:func:`_one_event`) with its ``id:`` line."""
+    return b"%sid: %d\n\n" % (data[:-1], event_id)
 
 
 def _is_comment(data: bytes, start: int, end: int) -> bool:
@@ -213,7 +218,7 @@ class StreamTee:
         first = self.next_id
         plain = self._scrub is None and self._shared is None and self.watch is None
         if plain and _one_event(data):  # one event, kept as it goes (most reads, no keys)
-            event = b"%sid: %d\n\n" % (data[:-1], first)
+            event = _stamped_one(data, first)
             self.next_id = first + 1
             self._local.keep(event)
             return event
