@@ -6,6 +6,8 @@ import asyncio
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +51,34 @@ def test_chunked_body_arrives_in_order_with_rising_stamps(serve: Serve, mode: St
     assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
     assert b"\r\nX-Request-ID: r1\r\n" in request
     assert request.endswith(b'\r\n\r\n{"stream": true}')
+
+
+_FIRST_STREAM = """
+import asyncio, sys
+from steadystream.stamped import StampMode, kernel
+from tests.support.scripted import ScriptedServer, chunked, exchange
+from tests.stamped.test_connection import events_script
+
+assert kernel.kernel_stamps_available.cache_info().currsize == 0  # nothing asked it yet
+server = ScriptedServer(events_script(chunked(b"data: 1\\n\\n")))
+try:
+    asyncio.run(exchange(server.url, StampMode.KERNEL))
+finally:
+    server.close()
+# The connection asked first, so the probe's socket keeps the host's stamping on.
+sys.exit(0 if kernel.kernel_stamps_available.cache_info().currsize == 1 else 3)
+"""
+
+
+def test_a_process_first_kernel_stream_turns_host_stamping_on_first() -> None:
+    # Linux turns packet stamping on lazily when a first socket asks: a stream whose mode
+    # was named (not resolved, which probes) would get its first reads unstamped, stamped
+    # late by the clock, and out of order with the kernel-stamped reads behind them.
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_STREAM], cwd=root, timeout=60, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 def test_an_address_is_connected_to_without_a_lookup(

@@ -43,6 +43,7 @@ from steadystream.stamped.kernel import (
     ANCILLARY_SIZE,
     WallToClock,
     enable_stamps,
+    kernel_stamps_available,
     stamp_from_ancillary,
 )
 from steadystream.stamped.modes import StampMode
@@ -183,6 +184,10 @@ class StampedConnection:
                 tls = None
                 try:
                     if mode is StampMode.KERNEL:
+                        # Linux turns stamping on for the host lazily: without the probe's
+                        # socket keeping it on, the first packets of a process's first
+                        # stream may come unstamped (asked once per process, then cached).
+                        kernel_stamps_available()
                         enable_stamps(sock)
                     if target.secure:
                         context = ssl_context or default_context()
