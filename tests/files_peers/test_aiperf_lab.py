@@ -9,6 +9,7 @@ stream's worst gap where the lab injected its freeze.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -81,7 +82,12 @@ def aiperf_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         Child("the lab", lab, health_url=f"{url}/healthz", log=lab_log),
         aiperf_log.open("wb") as log,
     ):
-        subprocess.run(command, check=True, timeout=300, stdout=log, stderr=log)
+        # AIPerf writes its dataset's memory maps under the temp folder and leaves them: this
+        # run's go in its own folder, not the machine's.
+        scratch = work / "tmp"
+        scratch.mkdir()
+        env = {**os.environ, "TMPDIR": str(scratch)}
+        subprocess.run(command, check=True, timeout=300, stdout=log, stderr=log, env=env)
     return work
 
 
