@@ -152,6 +152,13 @@ class StreamRelay(Relay):
             if self.live is not None:  # (refused: nothing was streamed; nothing to resume)
                 self.live.ended(self.record.outcome.value if self.committed else REFUSED)
 
+    async def refuse(self, send: Send, error: UpstreamError) -> None:
+        if self.live is not None:
+            # Ended before the client hears of it: the same request sent again at once is a
+            # new request (its Idempotency-Key is free), not a join of this one.
+            await self.live.hub.refused(self.live)
+        await super().refuse(send, error)
+
     def _close_record(self) -> None:
         record, buffer = self.record, self.ctx.buffer
         record.meta["buffer_peak_bytes"] = buffer.peak_bytes

@@ -120,6 +120,37 @@ async def test_past_max_streams_the_longest_ended_goes_first_and_live_ones_stay(
 
 
 @pytest.mark.asyncio
+async def test_a_running_stream_not_kept_is_found_and_keeps_its_key_however_many_go() -> None:
+    # Only max_streams streams gone are remembered; one not kept that still runs must stay
+    # findable (a DELETE cancels it) and its key bound (a repeat joins it, no second
+    # generation), however many streams come and go meanwhile.
+    clock = FakeClock()
+    hub, _ = hub_of(clock, max_streams=2)
+    kept = [hub.open("chat", "t"), hub.open("chat", "t")]
+    unkept = hub.open("chat", "t")  # both kept ones run
+    assert await hub.claim("k", Claim(unkept.stream_id, "body")) is None
+    for _ in range(5):  # more not kept, come and gone
+        hub.open("chat", "t").ended("complete")
+    info = await hub.info(unkept.stream_id)
+    assert info is not None
+    assert info.ended is None
+    assert await hub.claim("k", Claim("strm_other", "body")) == Claim(unkept.stream_id, "body")
+    with pytest.raises(StreamGone) as gone:
+        await anext(hub.local.follow(unkept.stream_id, 0, NS_PER_S))
+    assert gone.value.reason == "evicted"  # (told it is not kept, not "unknown")
+    unkept.ended("complete")
+    info = await hub.info(unkept.stream_id)
+    assert info is not None
+    assert info.ended == "complete"
+    for live in kept:
+        live.ended("complete")
+    for _ in range(3):  # past the bound of streams gone: now it may be forgotten
+        hub.open("chat", "t").ended("complete")
+    assert await hub.info(unkept.stream_id) is None
+    assert await hub.claim("k", Claim("strm_new", "body")) is None
+
+
+@pytest.mark.asyncio
 async def test_with_no_reader_the_generation_runs_for_the_grace_then_is_cancelled() -> None:
     clock = FakeClock()
     hub, metrics = hub_of(clock, grace="30s")

@@ -90,6 +90,28 @@ def test_a_reader_resumes_through_the_other_gateway(redis_server: RedisServer) -
     assert orjson.loads(past.body)["error"]["code"] == "stream_unknown"
 
 
+def test_a_reader_on_the_other_gateway_ahead_of_the_stream_is_refused_not_held(
+    redis_server: RedisServer,
+) -> None:
+    # An event the running stream never sent: not waited for (the reader would be told
+    # nothing, and hold the generation past its grace), refused once Redis could have it.
+    with (
+        LabServer("steady") as lab,
+        gateways(2, upstream(lab, "lab"), redis_server.url, resume={"grace": "200ms"}) as (a, b),
+    ):
+        first = read_stream(
+            a.url, "POST", CHAT, chat_body(400), {"X-Request-Id": "ahead-1"}, leave_after=3
+        )
+        ahead = read_stream(
+            b.url, "GET", f"/v1/streams/{first.stream_id}", None,
+            {"Last-Event-ID": "999999999999999999"},
+        )  # fmt: skip
+        truth = finished_truth(lab, "ahead-1")
+    assert ahead.status == 410
+    assert orjson.loads(ahead.body)["error"]["code"] == "stream_unknown"
+    assert truth.tokens_generated < 400  # the grace ran out: cancelled, not held
+
+
 def test_a_reader_on_the_other_gateway_holds_the_generation_past_its_grace(
     redis_server: RedisServer,
 ) -> None:
@@ -231,7 +253,7 @@ def test_a_reader_on_the_other_gateway_cut_off_from_redis_is_told_in_band(
         truth = finished_truth(lab, "cut-1")
     assert rest.status == 200
     last = orjson.loads(rest.events[-1][1])
-    assert last["error"]["code"] == "unresumable"  # said, not a silent end
+    assert last["error"]["code"] == "stream_unresumable"  # said, not a silent end
     got = first.text + read_text(rest.events[:-1])
     assert "".join(answer(truth)).startswith(got)
     ids = [int(i) for i, _ in rest.events[:-1] if i is not None]
@@ -307,25 +329,23 @@ def test_a_key_whose_request_was_refused_names_the_retry_so_a_repeat_joins_it(
     key = {"Idempotency-Key": "k-late"}
     with gateways(2, entry, url, failover={"before_first_token": False}) as (one, two):
         refused = read_stream(one.url, "POST", CHAT, body, {**key, "X-Request-Id": "late-0"})
-        if store == "redis":  # (the refusal reaches Redis with the writer's next batch)
+        if store == "redis":  # said before the refusal went out, not in the next batch
             client = redis.Redis.from_url(redis_server.url)
-
-            def refusal_kept() -> bool | None:
+            try:
                 bound = [client.get(name) for name in client.scan_iter("ss:k:*")]
                 named = [value.split()[0].decode() for value in bound if value]
                 ended = [client.hget(f"ss:{stream}:m", "ended") for stream in named]
-                return True if ended and all(ended) else None
-
-            try:
-                wait_for(refusal_kept, what="the refusal in Redis")
             finally:
                 client.close()
+            assert named
+            assert ended == [b"refused"] * len(named)
         with LabServer("steady", port=port) as lab:
             retry = read_stream(
-                one.url, "POST", CHAT, body, {**key, "X-Request-Id": "late-1"}, leave_after=3
-            )
-            repeat = read_stream(
                 two.url if store == "redis" else one.url, "POST", CHAT, body,
+                {**key, "X-Request-Id": "late-1"}, leave_after=3,
+            )  # fmt: skip
+            repeat = read_stream(
+                one.url, "POST", CHAT, body,
                 {**key, "X-Request-Id": "late-2", "Last-Event-ID": retry.last_id},
             )  # fmt: skip
             truth = finished_truth(lab, "late-1")

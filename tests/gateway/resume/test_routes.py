@@ -205,3 +205,19 @@ def test_a_refused_request_sent_again_with_its_key_is_tried_again() -> None:
     assert first.status == 502
     assert again.status == 502  # an error again, not an empty stream joined
     assert again.events == []
+
+
+def test_a_head_is_no_reader_it_is_refused() -> None:
+    # The router lets HEAD through with GET; a HEAD that joined as a reader would read
+    # nothing, never be stuck, and hold the generation past the grace.
+    body = {"model": "lab", "input": "hi", "stream": True, "max_output_tokens": 8}
+    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+        read = read_stream(gw.url, "POST", "/v1/responses", body)
+        response_id = orjson.loads(read.events[0][1])["response"]["id"]
+        resumes = metric(gw.url, 'steadystream_resumes_total{how="stream",route="responses"}')
+        stream = read_stream(gw.url, "HEAD", f"/v1/streams/{read.stream_id}")
+        response = read_stream(gw.url, "HEAD", f"/v1/responses/{response_id}?stream=true")
+        after = metric(gw.url, 'steadystream_resumes_total{how="stream",route="responses"}')
+    assert (stream.status, stream.headers["allow"]) == (405, "GET, DELETE")
+    assert (response.status, response.headers["allow"]) == (405, "GET")
+    assert after == resumes

@@ -27,7 +27,13 @@ from steadystream._clock import Clock
 from steadystream.gateway.config import ResumeConfig
 from steadystream.gateway.export import GatewayMetrics
 from steadystream.gateway.resume.ids import StreamTee, tee_build
-from steadystream.gateway.resume.store import Claim, EventStore, MemoryStore, StreamInfo
+from steadystream.gateway.resume.store import (
+    REFUSED,
+    Claim,
+    EventStore,
+    MemoryStore,
+    StreamInfo,
+)
 
 __all__ = [
     "CANCELLED_ENDS",
@@ -41,7 +47,6 @@ __all__ = [
 ]
 
 STREAM_ID_HEADER = "X-Steadystream-Stream-Id"
-REFUSED = "refused"  # how a stream ends that never started (its request got an error)
 # The ends the gateway makes by cutting a stream (gateway/relay.py): its events then have no
 # end of their own, and a reader who reads them again is told why (resume/routes.py).
 CANCELLED_ENDS = {
@@ -265,6 +270,14 @@ class StreamHub:
     async def cancel_elsewhere(self, stream_id: str) -> bool:
         """Ask the process that runs ``stream_id`` (another worker or replica) to cancel it."""
         return self.shared is not None and await self.shared.cancel(stream_id)
+
+    async def refused(self, live: LiveStream) -> None:
+        """``live``'s request is refused: ended here, and said to the shared store at once
+        (before the refusal goes out), so that the request sent again is a new request on
+        this process or any other, never a join of one that sends nothing."""
+        live.ended(REFUSED)
+        if self.shared is not None:
+            await self.shared.refused(live.info)
 
     def ended(self, live: LiveStream, how: str) -> None:
         self.live.pop(live.stream_id, None)

@@ -47,7 +47,7 @@ from steadystream._clock import NS_PER_S, Clock
 from steadystream.gateway.config import ResumeConfig
 from steadystream.gateway.export import GatewayMetrics
 from steadystream.gateway.resume.log import StreamGone, StreamLog
-from steadystream.gateway.resume.store import Claim, StreamInfo
+from steadystream.gateway.resume.store import REFUSED, Claim, StreamInfo
 
 __all__ = ["RedisStore"]
 
@@ -63,6 +63,10 @@ _COALESCE_S = 0.025
 _RETRY_NS = NS_PER_S  # while Redis is down, a batch is tried at most this often
 _HEARTBEAT_MS = 3_000  # a remote reader's mark lives this long; refreshed every second
 _READ_COUNT = 1_000  # entries per XREAD
+# How far behind a reader Redis may be (the writer's batches, a slow Redis) before the event
+# the reader says it read is taken for one the stream never sent; looked at this often.
+_AHEAD_NS = 2 * NS_PER_S
+_AHEAD_POLL_NS = NS_PER_S // 40
 _MAX_BROKEN = 10_000  # streams remembered as unresumable, to say so when Redis is back
 _CANCEL_CHANNEL = "ss:cancel"
 
@@ -324,6 +328,22 @@ class RedisStore:
 
     # -- reads --------------------------------------------------------------------------------
 
+    async def refused(self, info: StreamInfo) -> None:
+        """Written at once, not in the next batch: the client is about to get the refusal,
+        and its request sent again (on any replica) must not join this stream."""
+        meta = _meta(info.stream_id)
+        try:
+            async with asyncio.timeout(_COMMAND_S):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.hset(
+                        meta,
+                        mapping={"route": info.route, "tenant": info.tenant, "ended": REFUSED},
+                    )
+                    pipe.pexpire(meta, self.ttl_ms)
+                    await pipe.execute()
+        except Exception as exc:
+            self._down(exc)
+
     async def info(self, stream_id: str) -> StreamInfo | None:
         try:
             async with asyncio.timeout(_COMMAND_S):
@@ -344,6 +364,7 @@ class RedisStore:
     async def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
         try:
             await self._check(stream_id, after)
+            await self._caught_up(stream_id, after)
         except StreamGone:
             raise
         except Exception as exc:
@@ -397,6 +418,27 @@ class RedisStore:
                 yield b"".join(chunk)
             if ended:
                 return
+
+    async def _caught_up(self, stream_id: str, after: int) -> None:
+        """Wait (at most :data:`_AHEAD_NS`) until Redis holds event ``after``; else
+        :class:`StreamGone`. A reader may be ahead of Redis by the batches not yet written
+        (it read the events live, on the replica that runs the stream); one further ahead
+        names an event the stream never sent, and waiting for it would hold the stream's
+        generation past its grace with nothing ever sent to the reader."""
+        if after <= 0:
+            return
+        key = _events(stream_id)
+        clock = self.clock
+        give_up = clock.now_ns() + _AHEAD_NS
+        while True:
+            async with asyncio.timeout(_COMMAND_S):
+                newest = await self._redis.xrevrange(key, count=1)
+            if newest and int(newest[0][0].split(b"-")[1]) >= after:
+                return
+            if clock.now_ns() >= give_up:
+                raise StreamGone("unknown", f"the stream has sent no event {after}")
+            await clock.sleep_until(clock.now_ns() + _AHEAD_POLL_NS)
+            await self._check(stream_id, after)
 
     async def _check(self, stream_id: str, after: int) -> None:
         """:class:`StreamGone` unless the stream's events after ``after`` are kept."""

@@ -296,7 +296,7 @@ def _after_sequence(chunk: bytes, sequence: int) -> bytes:
 def _in_band_gone(error: StreamGone, route: str, sequence: int) -> bytes:
     """A reader cut off mid-replay learns why in an SSE error event it reads."""
     message = f"the stream cannot be resumed further ({error.reason}): {error.message}"
-    return _in_band_error(message, error.reason, route, sequence)
+    return _in_band_error(message, f"stream_{error.reason}", route, sequence)
 
 
 def _in_band_error(message: str, code: str, route: str, sequence: int) -> bytes:
@@ -371,6 +371,9 @@ class _Streams:
         request = Request(scope, receive)
         stream_id = request.path_params["stream_id"]
         shape = error_shape("/v1")  # (the stream's route's, once it is found)
+        if request.method == "HEAD":
+            await _no_head("/v1/streams/{stream_id}", "GET, DELETE")(scope, receive, send)
+            return
         try:
             tenant = _tenant(self.state, request)
             info = await _find(self.state, self.hub, tenant, stream_id)
@@ -398,6 +401,9 @@ class _Responses:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         response_id = request.path_params["response_id"]
+        if request.method == "HEAD":
+            await _no_head("/v1/responses/{response_id}", "GET")(scope, receive, send)
+            return
         try:
             tenant = _tenant(self.state, request)
             if not RESPONSE_ID.fullmatch(response_id):
@@ -441,6 +447,17 @@ class _Responses:
         except ApiError as exc:
             response = exc.response()
         await response(scope, receive, send)
+
+
+def _no_head(route: str, allow: str) -> Response:
+    """405 to a ``HEAD`` (which the router lets through with ``GET``): a resume is a reader,
+    and a reader that never reads would hold its stream's generation past the grace."""
+    error = ApiError(
+        405,
+        f"HEAD is not allowed on {route}: a resume reads the stream (GET)",
+        code="method_not_allowed",
+    )
+    return error.response({"Allow": allow})
 
 
 def _shape_of(info: StreamInfo) -> ErrorShape:

@@ -23,7 +23,10 @@ from steadystream._clock import Clock
 from steadystream.gateway.resume.ids import tee_build
 from steadystream.gateway.resume.log import StreamGone, StreamLog, follow
 
-__all__ = ["Claim", "EventStore", "MemoryStore", "StreamInfo"]
+__all__ = ["REFUSED", "Claim", "EventStore", "MemoryStore", "StreamInfo"]
+
+
+REFUSED = "refused"  # how a stream ends that never started (its request got an error)
 
 
 class StreamInfo(NamedTuple):
@@ -56,6 +59,10 @@ class EventStore(Protocol):
     def ended(self, stream_id: str, how: str, next_id: int) -> None:
         """The stream is over (its last event ``next_id - 1``); its events are kept
         ``resume.ttl`` more."""
+
+    async def refused(self, info: StreamInfo) -> None:
+        """The stream's request was refused: said now, before the refusal goes out, so that
+        the request sent again at once is a new request, not a join of this one."""
 
     async def info(self, stream_id: str) -> StreamInfo | None:
         """The stream, or None when the store has no such stream (any more)."""
@@ -107,6 +114,10 @@ class MemoryStore:
         # running), the latest max_streams, with why: a resume is told it (410
         # stream_evicted, stream_expired), never "unknown".
         self._gone: OrderedDict[str, tuple[StreamInfo, str]] = OrderedDict()
+        # Streams not kept that still run: remembered (keys and all) until they end, however
+        # many streams go meanwhile, so that a DELETE still finds them and a repeat of their
+        # request still joins them (as many as run at once: the server's bound).
+        self._unkept: dict[str, StreamInfo] = {}
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -122,7 +133,7 @@ class MemoryStore:
             # Every kept stream still runs: this one is not kept (its tee writes to a log
             # that keeps nothing), and is remembered as evicted, and why.
             log.drop(_not_kept())
-            self._remember_gone(info, "not_kept")
+            self._unkept[info.stream_id] = info
         else:
             self._streams[info.stream_id] = (info, log)
         return log
@@ -139,6 +150,9 @@ class MemoryStore:
     def ended(self, stream_id: str, how: str, next_id: int) -> None:
         found = self._streams.get(stream_id)
         if found is None:
+            unkept = self._unkept.pop(stream_id, None)
+            if unkept is not None:
+                self._remember_gone(unkept._replace(ended=how), "not_kept")
             gone = self._gone.get(stream_id)
             if gone is not None:
                 self._gone[stream_id] = (gone[0]._replace(ended=how), gone[1])
@@ -149,6 +163,9 @@ class MemoryStore:
         self._streams[stream_id] = (info._replace(ended=how), log)
         self._ended[stream_id] = now
 
+    async def refused(self, info: StreamInfo) -> None:
+        self._forget(info.stream_id)
+
     async def info(self, stream_id: str) -> StreamInfo | None:
         self.sweep()
         found = self._streams.get(stream_id)
@@ -156,12 +173,17 @@ class MemoryStore:
 
     def evicted(self, stream_id: str) -> StreamInfo | None:
         """A stream let go (to make room, past its TTL) or never kept, or None."""
+        unkept = self._unkept.get(stream_id)
+        if unkept is not None:
+            return unkept
         gone = self._gone.get(stream_id)
         return None if gone is None else gone[0]
 
     def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
         found = self._streams.get(stream_id)
         if found is None:
+            if stream_id in self._unkept:
+                raise _not_kept()
             gone = self._gone.get(stream_id)
             if gone is not None:
                 raise _GONE_BY[gone[1]]()
@@ -223,6 +245,7 @@ class MemoryStore:
         evicted stream's keys too, so a repeat of its request is told; an expired one's
         request may start again); None forgets it outright."""
         self._ended.pop(stream_id, None)
+        self._unkept.pop(stream_id, None)
         found = self._streams.pop(stream_id, None)
         if found is not None:
             found[1].drop(_GONE_BY[why]())
