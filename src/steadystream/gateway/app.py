@@ -325,9 +325,9 @@ class _Generation:
             live = None
             if hub is not None:
                 stream_id = hub.new_id()
-                key = request.headers.get(IDEMPOTENCY_KEY)
-                if key is not None:
-                    held = await self._claim(hub, tenant_name, key, raw, stream_id)
+                keys = request.headers.getlist(IDEMPOTENCY_KEY)
+                if keys:
+                    held = await self._claim(hub, tenant_name, keys, raw, stream_id)
                     if isinstance(held, ApiError):
                         state.metrics.errors.labels(
                             self.route, tenant_name, held.code or "bad_request"
@@ -353,10 +353,18 @@ class _Generation:
             await whole(scope, receive, send)
 
     async def _claim(
-        self, hub: StreamHub, tenant: str, key: str, body: bytes, stream_id: str
+        self, hub: StreamHub, tenant: str, keys: list[str], body: bytes, stream_id: str
     ) -> str | ApiError | None:
-        """Bind ``Idempotency-Key`` to the new stream: None, or the stream the key already
-        names (the request again), or the error of a key that cannot be used."""
+        """Bind ``Idempotency-Key`` (``keys``: as often as it was sent) to the new stream:
+        None, or the stream the key already names (the request again), or the error of a
+        key that cannot be used."""
+        if len(set(keys)) > 1:  # (either guess could start a second generation)
+            return ApiError(
+                400,
+                f"{IDEMPOTENCY_KEY}: sent {len(keys)} times with different values; send one",
+                param=IDEMPOTENCY_KEY,
+            )
+        key = keys[0]
         if not key or len(key) > _MAX_KEY or not key.isprintable():
             return ApiError(
                 400,

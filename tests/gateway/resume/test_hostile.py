@@ -187,7 +187,7 @@ def test_another_tenant_cannot_take_a_response_id_nor_learn_a_stream_id() -> Non
     assert again.status == 200
     assert again.events == mine.events
     assert cancel.status == 200
-    assert orjson.loads(cancel.body)["id"] == mine.stream_id
+    assert orjson.loads(cancel.body)["id"] == response_id  # named as the caller named it
     assert b_again.events == theirs.events  # each tenant's id names its own stream
     assert b_again.stream_id == theirs.stream_id != mine.stream_id
 

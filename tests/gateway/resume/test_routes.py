@@ -5,7 +5,9 @@ The lab (25 ms a token) is the upstream; the gateway runs on loopback with the m
 
 from __future__ import annotations
 
+import http.client
 import time
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -167,13 +169,22 @@ def test_a_responses_stream_comes_back_after_a_sequence_number() -> None:
         rest = read_stream(gw.url, "GET", path)
         cancel = read_stream(gw.url, "POST", f"/v1/responses/{response_id}/cancel")
         unknown = read_stream(gw.url, "GET", "/v1/responses/resp_nope?stream=true")
+        twice = read_stream(gw.url, "GET", f"{path}&starting_after=5")
+        same_twice = read_stream(gw.url, "GET", f"{path}&starting_after=3")
     numbers = [orjson.loads(d)["sequence_number"] for _, d in rest.events]
     assert numbers == [orjson.loads(d)["sequence_number"] for _, d in whole.events][4:]
     assert numbers[0] == 4
     assert rest.events == whole.events[4:]
     assert cancel.status == 200
-    assert orjson.loads(cancel.body)["cancelled"] is False
+    assert orjson.loads(cancel.body) == {
+        "id": response_id,
+        "object": "response",
+        "cancelled": False,
+    }
     assert unknown.status == 410
+    assert twice.status == 400  # which one? either guess gives events twice or loses some
+    assert orjson.loads(twice.body)["error"]["param"] == "starting_after"
+    assert same_twice.events == rest.events
 
 
 def test_with_resume_off_nothing_is_numbered() -> None:
@@ -193,6 +204,31 @@ def test_healthz_says_what_keeps_the_streams() -> None:
         status, body = get(gw.url, "/healthz")
     assert status == 200
     assert orjson.loads(body)["resume"] == {"store": "memory", "up": True}
+
+
+def test_an_idempotency_key_sent_twice_with_two_values_is_a_400() -> None:
+    with LabServer("steady") as lab, GatewayServer(gateway_config(upstream(lab, "lab"))) as gw:
+        url = urlsplit(gw.url)
+        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        try:
+            connection.putrequest("POST", CHAT)
+            body = orjson.dumps(chat_body(4))
+            for name, value in (
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Idempotency-Key", "k-one"),
+                ("Idempotency-Key", "k-two"),
+            ):
+                connection.putheader(name, value)
+            connection.endheaders(body)
+            response = connection.getresponse()
+            error = orjson.loads(response.read())["error"]
+        finally:
+            connection.close()
+        generations = lab.call_in_loop(lambda: len(lab.engine.truths))
+    assert response.status == 400
+    assert error["param"] == "Idempotency-Key"
+    assert generations == 0  # nothing started
 
 
 def test_a_refused_request_sent_again_with_its_key_is_tried_again() -> None:

@@ -415,8 +415,8 @@ class _Responses:
             if stream_id is None:
                 raise gone(_unknown(response_id), response_id)
             info = await _find(self.state, self.hub, tenant, stream_id, response_id)
-            if request.method == "POST":
-                response = await _cancel(self.hub, info)
+            if request.method == "POST":  # (answered with the id the caller knows)
+                response = await _cancel(self.hub, info, response_id, "response")
             else:
                 if request.query_params.get("stream") != "true":
                     raise ApiError(
@@ -425,7 +425,15 @@ class _Responses:
                         " (stream=true)",
                         param="stream",
                     )
-                sequence = request.query_params.get("starting_after")
+                sequences = request.query_params.getlist("starting_after")
+                if len(set(sequences)) > 1:  # (either guess gives events twice or loses some)
+                    raise ApiError(
+                        400,
+                        f"starting_after: given {len(sequences)} times with different values;"
+                        " give it once",
+                        param="starting_after",
+                    )
+                sequence = sequences[0] if sequences else None
                 after_sequence = None
                 if sequence == "":  # (not 0: that is a number, response.created's)
                     raise ApiError(
@@ -465,14 +473,19 @@ def _shape_of(info: StreamInfo) -> ErrorShape:
     return error_shape("/v1/messages" if info.route == "messages" else "/v1")
 
 
-async def _cancel(hub: StreamHub, info: StreamInfo) -> Response:
+async def _cancel(
+    hub: StreamHub, info: StreamInfo, asked: str | None = None, kind: str = "stream"
+) -> Response:
+    """Cancel the stream's generation; the answer names it as the caller did (``asked``:
+    a response's id, an object ``kind`` of its API)."""
     stream_id = info.stream_id
     live = hub.live.get(stream_id)
     if live is not None:
         cancelled = live.stop()
     else:
         cancelled = info.ended is None and await hub.cancel_elsewhere(stream_id)
-    return json_response({"id": stream_id, "object": "stream", "cancelled": cancelled})
+    name = stream_id if asked is None else asked
+    return json_response({"id": name, "object": kind, "cancelled": cancelled})
 
 
 def resume_routes(state: GatewayState, hub: StreamHub) -> list[Route]:
