@@ -151,7 +151,22 @@ def test_a_repeated_post_on_the_other_gateway_joins_and_delete_reaches_the_owner
             a.url, "POST", CHAT, chat_body(400), {"X-Request-Id": "dl-1"}, leave_after=3
         )
         cancelled = read_stream(b.url, "DELETE", f"/v1/streams/{long.stream_id}")
+        again = read_stream(b.url, "DELETE", f"/v1/streams/{long.stream_id}")  # (within 25 ms)
         long_truth = finished_truth(lab, "dl-1")
+        # A stream Redis says runs, that no process runs (its owner died): nobody stopped it.
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            meta = client.hgetall(f"ss:{long.stream_id}:m")
+            client.hset(
+                "ss:strm_orphan0000:m",
+                mapping={"route": meta[b"route"], "tenant": meta[b"tenant"]},
+            )
+        finally:
+            client.close()
+        orphan = read_stream(b.url, "DELETE", "/v1/streams/strm_orphan0000")
+    assert orjson.loads(again.body)["cancelled"] is False  # stopped already
+    assert orphan.status == 200
+    assert orjson.loads(orphan.body)["cancelled"] is False  # a listener is not an owner
     assert joined.stream_id == first.stream_id
     assert first.text + joined.text == "".join(answer(truth))
     assert second is None  # one generation

@@ -261,11 +261,11 @@ class StreamHub:
         """Whether a reader on another process (through the shared store) reads it."""
         return self.shared is not None and await self.shared.read_elsewhere(stream_id)
 
-    def cancel_here(self, stream_id: str) -> None:
-        """Another process was asked to cancel ``stream_id``: cancel it if it runs here."""
+    def cancel_here(self, stream_id: str) -> bool | None:
+        """Another process was asked to cancel ``stream_id``: cancel it if it runs here;
+        whether it was stopped now (False: it had stopped), None when it runs elsewhere."""
         live = self.live.get(stream_id)
-        if live is not None:
-            live.stop()
+        return None if live is None else live.stop()
 
     async def cancel_elsewhere(self, stream_id: str) -> bool:
         """Ask the process that runs ``stream_id`` (another worker or replica) to cancel it."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -69,6 +70,7 @@ _AHEAD_NS = 2 * NS_PER_S
 _AHEAD_POLL_NS = NS_PER_S // 40
 _MAX_BROKEN = 10_000  # streams remembered as unresumable, to say so when Redis is back
 _CANCEL_CHANNEL = "ss:cancel"
+_CANCEL_REPLY_S = 1.0  # how long a cancel waits for the process that runs the stream
 
 
 def _events(stream_id: str) -> str:
@@ -120,7 +122,9 @@ class RedisStore:
         self._claim = client.register_script(_CLAIM)
         self._refreshed: dict[str, int] = {}  # when a live stream's keys' TTL was last set
         self.up = True
-        self.on_cancel: Callable[[str], None] | None = None  # the hub's: cancel a stream here
+        # The hub's: cancel a stream here; whether it stopped it, None when it runs elsewhere.
+        self.on_cancel: Callable[[str], bool | None] | None = None
+        self._replies: set[asyncio.Future[None]] = set()  # answers to cancels, being sent
         self._pending: list[tuple[Any, ...]] = []
         self._pending_bytes = 0
         self._sizes: dict[str, int] = {}  # bytes written per live stream (handed ones)
@@ -483,9 +487,27 @@ class RedisStore:
             return False
 
     async def cancel(self, stream_id: str) -> bool:
+        """Ask every process for ``stream_id``'s cancel; True when the one that runs it
+        answered that it stopped it (within :data:`_CANCEL_REPLY_S`): not when it had
+        stopped already, and not when no process runs it (its owner died), whoever listens."""
+        reply = f"ss:r:{secrets.token_urlsafe(12)}"
         async with asyncio.timeout(_COMMAND_S):
-            receivers = await self._redis.publish(_CANCEL_CHANNEL, stream_id)
-        return bool(receivers)
+            receivers = await self._redis.publish(_CANCEL_CHANNEL, f"{stream_id} {reply}")
+        if not receivers:
+            return False
+        async with asyncio.timeout(_COMMAND_S + _CANCEL_REPLY_S):
+            answer = await self._redis.blpop([reply], timeout=_CANCEL_REPLY_S)
+        return answer is not None and answer[1] == b"1"
+
+    async def _answer_cancel(self, reply: str, stopped: bool) -> None:
+        try:
+            async with asyncio.timeout(_COMMAND_S):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.rpush(reply, b"1" if stopped else b"0")
+                    pipe.pexpire(reply, int(_CANCEL_REPLY_S * 2000))
+                    await pipe.execute()
+        except Exception as exc:
+            self._down(exc)
 
     async def _listen_for_cancels(self) -> None:
         """Cancel requests that reached another process, for the streams that run here."""
@@ -497,7 +519,13 @@ class RedisStore:
                     async for message in pubsub.listen():
                         data = message.get("data")
                         if isinstance(data, bytes) and self.on_cancel is not None:
-                            self.on_cancel(data.decode())
+                            stream_id, _, reply = data.decode().partition(" ")
+                            stopped = self.on_cancel(stream_id)
+                            if stopped is not None and reply.startswith("ss:r:"):
+                                # (this process runs it: the asker waits for the answer)
+                                answer = asyncio.ensure_future(self._answer_cancel(reply, stopped))
+                                self._replies.add(answer)
+                                answer.add_done_callback(self._replies.discard)
                 finally:
                     await pubsub.aclose()
             except asyncio.CancelledError:
@@ -506,6 +534,8 @@ class RedisStore:
                 await asyncio.sleep(1.0)
 
     async def close(self) -> None:
+        for answer in list(self._replies):
+            answer.cancel()
         for task in (self._writer, self._listener):
             if task is not None and not task.done():
                 task.cancel()
