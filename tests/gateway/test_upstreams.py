@@ -6,8 +6,10 @@ import orjson
 import pytest
 
 from steadystream import ConfigError
+from steadystream._exceptions import UpstreamStatusError
 from steadystream.gateway.config import UpstreamConfig, config_from_mapping
 from steadystream.gateway.failover import Action, Progress
+from steadystream.gateway.refusal import upstream_refusal
 from steadystream.gateway.requests import parse_request
 from steadystream.gateway.upstreams import UpstreamPool, build_body
 
@@ -98,3 +100,27 @@ def test_a_request_id_header_must_be_a_header_name() -> None:
         config_from_mapping(
             {"upstreams": [{"name": "a", "base_url": "http://h/v1", "request_id_header": "X Id"}]}
         )
+
+
+@pytest.mark.parametrize(
+    ("status", "passed_on"),
+    [(400, 400), (429, 429), (503, 503), (599, 599), (101, 502), (204, 502), (304, 502),
+     (600, 502), (999, 502)],
+)  # fmt: skip
+def test_an_upstream_status_goes_on_only_when_it_is_an_error(status: int, passed_on: int) -> None:
+    # A 304 or a 2xx is no error a client could read (and must have no body); a status HTTP
+    # has no line for would fail the server's own response.
+    refused = upstream_refusal(UpstreamStatusError(status, "no"), str)
+    assert refused.status == passed_on
+    assert refused.code == f"upstream_{status}"  # what the upstream said, still named
+
+
+def test_a_redacted_message_is_cut_after_its_keys_are_hidden() -> None:
+    cfg = config_from_mapping(
+        {"upstreams": [{"name": "a", "base_url": "http://h/v1", "api_key_env": "A_KEY"}]}
+    )
+    pool = UpstreamPool(cfg, None, {"A_KEY": "sk-very-secret"})
+    message = pool.redact("x" * 4090 + " sk-very-secret " + "y" * 100_000)
+    assert len(message) < 4200
+    assert message.endswith(f"({4090 + len(' *** ') + 100_000} characters)")
+    assert "sk-" not in message

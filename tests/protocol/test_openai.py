@@ -279,3 +279,27 @@ def test_the_openai_sdk_accepts_what_we_build() -> None:
     completion = completion_chunk("c", "m", 1, text="x", finish_reason="length")
     parsed = types.Completion.model_validate(completion)
     assert parsed.choices[0].text == "x"
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_a_payload_deeper_than_orjson_writes_is_written_by_the_standard_encoder() -> None:
+    # orjson reads 1,024 levels and writes 254: what an upstream sent between the two is
+    # re-encoded all the same (a pacer re-sends a finish chunk without its text).
+    payload = {"choices": [], "x": _nested(300)}
+    assert orjson.loads(encode_chunk(payload).removeprefix(b"data: ")) == payload
+    with pytest.raises(ProtocolError, match="nested too deep"):
+        encode_chunk({"x": _nested(100_000)})
+
+
+def test_an_error_nested_deep_is_still_an_error_with_a_message() -> None:
+    data = '{"error": ' + "[" * 300 + "]" * 300 + "}"  # (more than orjson writes)
+    chunk = parse_chunk(data)
+    assert chunk.kind is EventKind.ERROR
+    assert chunk.error is not None
+    assert chunk.error.startswith("[[[")

@@ -499,3 +499,36 @@ def test_a_failure_behind_the_head_is_the_bodys_to_report(serve: Serve) -> None:
             conn.close()
 
     assert b"".join(asyncio.run(run())) == answer
+
+
+def test_a_switch_of_protocols_fails_the_connection_not_the_event_loop(serve: Serve) -> None:
+    # httptools raises HttpParserUpgrade (no HttpParserError) once a 101's head is parsed:
+    # caught in the read callback, else it escapes to the loop's exception handler.
+    def script(peer: socket.socket) -> None:
+        peer.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: upgrade\r\n\r\n"
+        )
+        time.sleep(0.5)
+
+    server = serve(script)
+
+    async def run() -> tuple[int, list[dict[str, object]]]:
+        loop = asyncio.get_running_loop()
+        escaped: list[dict[str, object]] = []
+        loop.set_exception_handler(lambda _loop, context: escaped.append(context))
+        conn = await StampedConnection.open(
+            Target.from_url(server.url), MonotonicClock(), StampMode.USER, read_timeout_s=5.0
+        )
+        try:
+            await conn.send("POST", {}, b"{}")
+            head = await conn.head()
+            # (the 101 answer is whole, with no body; what the caller makes of a 101 is
+            # the caller's: the gateway refuses it as no answer)
+            assert await asyncio.wait_for(conn.read_body(100), 2.0) == b""
+        finally:
+            conn.close()
+        return head.status, escaped
+
+    status, escaped = asyncio.run(run())
+    assert status == 101
+    assert escaped == []

@@ -1,11 +1,11 @@
 """An upstream's refusal passed on to the client, before anything else was sent.
 
-The upstream's status goes through as it is (a 400 is the client's to fix, a 429 the
-client's to wait out); a connection that could not be made is a 502, one that sent no
-headers in time a 504. The message says which upstream and why, with keys scrubbed, in the
-error shape the client's API reads (``shape``: Anthropic's on the Messages API, OpenAI's
-elsewhere). A ``Retry-After`` the upstream sent with its refusal (a 429, a 503) goes along,
-so the client's SDK waits as asked.
+The upstream's error status goes through as it is (a 400 is the client's to fix, a 429
+the client's to wait out; any status that is no error, a 502); a connection that could not
+be made is a 502, one that sent no headers in time a 504. The message says which upstream
+and why, with keys scrubbed, in the error shape the client's API reads (``shape``:
+Anthropic's on the Messages API, OpenAI's elsewhere). A ``Retry-After`` the upstream sent
+with its refusal (a 429, a 503) goes along, so the client's SDK waits as asked.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ __all__ = ["refusal_headers", "send_refusal", "upstream_refusal"]
 def upstream_refusal(error: UpstreamError, redact: Callable[[str], str]) -> ApiError:
     """The error the client gets for ``error``: its status and code, the message scrubbed."""
     if isinstance(error, UpstreamStatusError):
-        status, code = error.status, f"upstream_{error.status}"
+        # An error status goes through; any other (a 304, a 2xx that is no answer, a 1xx, a
+        # number HTTP has no status line for) is no error a client could read: a 502.
+        status = error.status if 400 <= error.status <= 599 else 502
+        code = f"upstream_{error.status}"
     elif isinstance(error, UpstreamTimeoutError):
         status, code = 504, "upstream_timeout"
     elif isinstance(error, ResponseTooLargeError):

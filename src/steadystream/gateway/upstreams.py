@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 _ERROR_BODY_LIMIT = 4096
+_MESSAGE_LIMIT = 4096  # characters of an upstream's text kept in a message (redact)
 # A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
 # parser restores it, so a key written that way is a key sent. Escapes are matched left to
 # right, two characters at a time, so an escaped backslash is never taken for an escape's start.
@@ -260,13 +261,19 @@ class UpstreamPool:
         return list(seen)
 
     def redact(self, text: str) -> str:
-        """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``.
+        """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``,
+        and cut to :data:`_MESSAGE_LIMIT` characters (an upstream's error event may be as
+        large as ``limits.max_event_bytes``: one per stream would flood the log).
 
         The same scrubber as the bytes bound for clients (:meth:`byte_scrubber`), on the
-        text's bytes: what a client may not see is not logged or recorded either.
+        text's bytes: what a client may not see is not logged or recorded either. The cut
+        comes after it, so no key is cut where the scrubber would not know it.
         """
         scrubbed = self._scrubber(text.encode("utf-8", "surrogatepass"))
-        return scrubbed.decode("utf-8", "surrogatepass")
+        text = scrubbed.decode("utf-8", "surrogatepass")
+        if len(text) > _MESSAGE_LIMIT:
+            return f"{text[:_MESSAGE_LIMIT]}... ({len(text)} characters)"
+        return text
 
     def byte_scrubber(self) -> Callable[[bytes], bytes] | None:
         """Hides every key in bytes bound for a client (None: no keys to hide).
@@ -424,7 +431,7 @@ class UpstreamPool:
             raise UpstreamConnectError(
                 self.redact(f"cannot reach upstream {name!r}: {exc}")
             ) from exc
-        if head.status < 300:
+        if 200 <= head.status < 300:  # (a 101 that switched protocols is no answer)
             return conn
         try:
             raw = await conn.read_body(_ERROR_BODY_LIMIT)

@@ -16,13 +16,14 @@ the stream's :class:`~steadystream.gateway.context.StreamContext`, never the rel
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from starlette.types import Send
 
-from steadystream._types import Event, EventKind
+from steadystream._types import Event, EventKind, Outcome
 from steadystream._uvicorn import frame
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import ChunkFormat, Piece
@@ -42,6 +43,8 @@ try:
     _TIOCOUTQ: int | None = termios.TIOCOUTQ
 except (ImportError, AttributeError):  # not on this platform: the transport's buffer only
     _TIOCOUTQ = None
+
+_log = logging.getLogger("steadystream.gateway")
 
 
 def unsent_bytes(transport: asyncio.WriteTransport | None) -> int | None:
@@ -182,17 +185,32 @@ async def write_paced(
     ``stamp`` (with resume) gives each event it sends its ``id:`` and keeps it: paced
     events are the ones the client gets, so they are the ones numbered.
     """
+    chunks = ChunkFormat(chat=chat)
+    held: deque[Piece] = deque()  # pieces the pacer passes through, in their order
+    events = _events(ctx, chunks, held)
+    paced = pace(
+        events, pacer, ctx.clock, high_watermark=high_watermark, low_watermark=low_watermark
+    )
+    try:
+        await _write_paced(ctx, send, paced, chunks, held, stamp)
+    except Exception as exc:  # (a fault of ours mid-stream: never a silent end)
+        await _failed(ctx, send, exc, stamp)
+
+
+async def _write_paced(
+    ctx: StreamContext,
+    send: Send,
+    paced: AsyncIterator[Event],
+    chunks: ChunkFormat,
+    held: deque[Piece],
+    stamp: Callable[[bytes], bytes] | None,
+) -> None:
     clock = ctx.clock
     stuck = ctx.stuck
     log = ctx.record.downstream
     received = ctx.record.received_ns
     scrub = ctx.scrub
-    chunks = ChunkFormat(chat=chat)
-    held: deque[Piece] = deque()  # pieces the pacer passes through, in their order
-    events = _events(ctx, chunks, held)
-    async for event in pace(
-        events, pacer, clock, high_watermark=high_watermark, low_watermark=low_watermark
-    ):
+    async for event in paced:
         if is_paced(event):
             chunks.envelope = ctx.envelope
             raw = chunks.text(event.kind, event.text)
@@ -213,6 +231,33 @@ async def write_paced(
         log.add(t, piece)
         if piece.kind is None or piece.raw.endswith(DONE):
             ctx.answered = True  # the answer is whole, whatever the client does next
+
+
+async def _failed(
+    ctx: StreamContext, send: Send, exc: Exception, stamp: Callable[[bytes], bytes] | None
+) -> None:
+    """The paced writer failed: the client is told in the stream, and the rest of what the
+    relay hands over is let go (the relay goes on to its end, never blocked on a full
+    buffer)."""
+    record = ctx.record
+    message = f"the gateway failed: {type(exc).__name__}"
+    _log.error("request %s: the paced writer failed", record.request_id, exc_info=exc)
+    record.outcome = Outcome.ERROR
+    record.error = message
+    data = ChunkFormat.error(message, "internal")
+    await send(
+        {
+            "type": "http.response.body",
+            "body": data if stamp is None else stamp(data),
+            "more_body": True,
+        }
+    )
+    record.downstream.add(
+        ctx.clock.now_ns() - record.received_ns, Piece(EventKind.ERROR, "", data, len(data))
+    )
+    ctx.answered = True
+    while await ctx.buffer.get() is not None:
+        pass
 
 
 async def _events(

@@ -235,6 +235,10 @@ class SseDecoder:
             if value[:1] == b" ":
                 value = value[1:]
             if not name:
+                if self._in_block:
+                    # Inside an event: its bytes are the event's (the event goes on as it
+                    # came, and its size counts them), never an item cut out of its middle.
+                    continue
                 comment = (value.decode("utf-8", "replace"), self._item_bytes)
                 out.append(_new(SseComment, comment))
                 self._item_bytes = 0

@@ -19,6 +19,7 @@ This runs once per chunk on hot paths: one ``orjson.loads`` and a few dict look-
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
@@ -216,6 +217,22 @@ def _usage(value: Any) -> dict[str, int] | None:
     return {k: v for k, v in value.items() if is_count(v)}
 
 
+def _dump_json(value: Any) -> bytes:
+    """``value`` (JSON data an upstream sent, parsed) as compact JSON again.
+
+    orjson writes at most 254 levels of nesting and reads up to 1,024: what an upstream sent
+    deeper than orjson writes goes through the standard library's encoder; deeper than that
+    encoder can go is a :class:`ProtocolError`, never a crash of the stream's writer.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        except (RecursionError, TypeError, ValueError):
+            raise ProtocolError("an upstream payload is nested too deep to encode") from None
+
+
 def _error_message(error: Any) -> str:
     if isinstance(error, str):
         return error or "error with no message"
@@ -223,7 +240,10 @@ def _error_message(error: Any) -> str:
         message = error.get("message")
         if isinstance(message, str) and message:
             return message
-    return orjson.dumps(error).decode()
+    try:
+        return _dump_json(error).decode()
+    except ProtocolError:
+        return "error whose message is nested too deep to read"
 
 
 def _error_event_message(data: str | bytes) -> str:
@@ -326,7 +346,7 @@ def error_payload(
 
 def encode_chunk(payload: Mapping[str, Any]) -> bytes:
     """One payload as an SSE event (JSON never holds a raw line end, so one data line)."""
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return b"data: " + _dump_json(payload) + b"\n\n"
 
 
 def _payload(

@@ -523,7 +523,12 @@ class StampedConnection:
                         raise ProtocolError(
                             f"the response headers are larger than {_HEAD_LIMIT} bytes"
                         )
-            except (httptools.HttpParserError, ProtocolError, UpstreamStreamError) as exc:
+            except (
+                httptools.HttpParserError,
+                httptools.HttpParserUpgrade,
+                ProtocolError,
+                UpstreamStreamError,
+            ) as exc:
                 self._feed_failed(exc)
             if tls is not None and tls.end is not None and not (self._complete or self._stopped):
                 # The TLS stream ended behind the plaintext just fed: a close_notify ends it as
@@ -542,7 +547,13 @@ class StampedConnection:
     def _feed_failed(self, exc: BaseException) -> None:
         """A feed of the parser raised ``exc``: fail the connection with the right error,
         or raise it again when it is none of ours."""
-        if isinstance(exc, httptools.HttpParserCallbackError):
+        if isinstance(exc, httptools.HttpParserUpgrade):  # (no HttpParserError)
+            self._fail(
+                ProtocolError(
+                    "the server switched protocols (101, or an Upgrade): no HTTP answer to read"
+                )
+            )
+        elif isinstance(exc, httptools.HttpParserCallbackError):
             # Raised by our callbacks or the caller's sink: that error, not the parser's.
             self._fail(exc.__context__ or exc)
         elif isinstance(exc, httptools.HttpParserError):
