@@ -26,6 +26,7 @@ from tests.support.gateway import (
     post,
     upstream,
 )
+from tests.support.hostile import HostileUpstream
 from tests.support.lab import scenario
 
 pytestmark = pytest.mark.integration
@@ -230,6 +231,29 @@ def test_a_translated_stream_fails_over_before_the_client_had_anything(
     events = typed_events(streamed)
     assert text_of(events) == "".join(answer(truth))
     assert [e["type"] for e in events].count(events[0]["type"]) == 1  # one start
+    if path == "/responses":
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    _, down = sink.edges(request_id)
+    assert down.outcome is Outcome.FAILED_OVER
+
+
+@pytest.mark.parametrize("path", ["/responses", "/messages"])
+def test_a_translated_stream_whose_opening_went_out_fails_over_before_its_first_token(
+    sink: MemorySink, path: str
+) -> None:
+    # The first upstream sends its role chunk (the gateway's opening events go out) and
+    # breaks before a token: the next one's tokens follow that opening, numbered on.
+    with HostileUpstream(default="adv-role-close") as broken, LabServer(FAST, seed=4) as backup:
+        first = {"name": "broken", "base_url": broken.base_url, **CHAT_ONLY}
+        config = gateway_config(first, upstream(backup, "backup", priority=1, **CHAT_ONLY))
+        request_id = f"tr-open{path[1:]}"
+        with GatewayServer(config, recorder=sink) as gw:
+            streamed = post(gw.base_url, path, BODIES[path], {"X-Request-Id": request_id})
+        truth = finished_truth(backup, f"{request_id}.f1")
+    events = typed_events(streamed)
+    assert text_of(events) == "".join(answer(truth))
+    assert [e["type"] for e in events].count(events[0]["type"]) == 1  # one start
+    assert all(e["type"] not in ("error", "response.failed") for e in events)
     if path == "/responses":
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
     _, down = sink.edges(request_id)

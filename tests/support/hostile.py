@@ -145,7 +145,9 @@ class HostileUpstream(ThreadedApp):
     ) -> None:
         """The adversary's modes (tests/gateway/test_adversary.py)."""
 
-        if mode == "adv-escaped-echo":  # the key JSON-escaped: a client's parser restores it
+        if mode == "adv-role-close":  # the role chunk, then the end: no token, no [DONE]
+            await response.write(_chunk(role=True))
+        elif mode == "adv-escaped-echo":  # the key JSON-escaped: a client's parser restores it
             escaped = "".join(f"\\u{ord(c):04x}" for c in key)
             await response.write(_chunk(role=True))
             text = b'"you sent key ' + escaped.encode() + b'"'

@@ -326,7 +326,12 @@ class StreamRelay(Relay):
             self.record.upstream.header_ns = info["header_ns"]
         attempt.response = response
         self.current = attempt
-        self.translator = None if api == route else self._translator()
+        if api == route:
+            self.translator = None
+        elif self.translator is None:
+            self.translator = self._translator()
+        # (else the stream's translator goes on: it sent the opening events, no token, and
+        # numbers this upstream's on from them: _decide)
         attempt.rewriter = self.translator
         self.guard.poke()
         return attempt
@@ -420,6 +425,12 @@ class StreamRelay(Relay):
         progress = self.ctx.progress
         tried = {info["upstream"] for info in self.record.attempts}
         left = [u for u in self.candidates if u.name not in tried]
+        translator = self.translator
+        route = self.request.route
+        if translator is not None and translator.started:
+            # The client has the gateway's opening events: only an upstream translated too can
+            # follow them (a native one would open with its own).
+            left = [u for u in left if upstream_api(u, route) != route]
         decision = decide(
             Policy(config.failover.policy),
             progress,
@@ -431,12 +442,17 @@ class StreamRelay(Relay):
         )
         if self.request.choices != 1 and progress.first_token:
             decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
-        translator = self.translator
-        started = translator is not None and translator.started
-        if self.request.typed and (progress.role_sent or progress.first_token or started):
-            # Its events carry the response's id and numbers: a second stream's cannot follow.
+        if self.request.typed and (
+            progress.first_token or (self.translator is None and progress.role_sent)
+        ):
+            # Its events carry the response's id and numbers: a second stream's cannot follow
+            # once a token went out. A translated stream's opening events are the gateway's
+            # own, and its translator numbers on whatever upstream the tokens come from: until
+            # the first token, another upstream is tried as for chat (transparent). A relayed
+            # one's opening came from its upstream, with that upstream's id.
+            where = "mid-way" if progress.first_token else "once its upstream's opening went out"
             decision = Decision(
-                Action.ERROR, reason=f"a {self.request.route} stream is not failed over mid-way"
+                Action.ERROR, reason=f"a {self.request.route} stream is not failed over {where}"
             )
         return decision
 
