@@ -114,6 +114,21 @@ def test_a_chat_stream_becomes_a_responses_stream() -> None:
     assert final.id == events[0]["response"]["id"]
 
 
+def test_a_streamed_usages_details_reach_the_responses_usage() -> None:
+    detailed = usage_chunk(
+        "c1", "up", 7, object_name="chat.completion.chunk", prompt_tokens=7, completion_tokens=3
+    )
+    detailed["usage"]["prompt_tokens_details"] = {"cached_tokens": 5}
+    detailed["usage"]["completion_tokens_details"] = {"reasoning_tokens": 2}
+    reads = [*answer("Hi")[:-2], encode_chunk(detailed), DONE]
+    final = openai.types.responses.Response.model_validate(
+        translate("responses", reads)[-1]["response"]
+    )
+    assert final.usage is not None
+    assert final.usage.input_tokens_details.cached_tokens == 5  # (not a zero made up)
+    assert final.usage.output_tokens_details.reasoning_tokens == 2
+
+
 def test_a_chat_stream_becomes_a_messages_stream() -> None:
     events = translate("messages", answer("Hel", "lo"))
     assert types(events) == [

@@ -390,7 +390,10 @@ class StreamRelay(Relay):
                     await self._end_with_error(
                         f"upstream {attempt.upstream.name!r} failed "
                         f"({failure.cause.value}: {failure.message}); {decision.reason}",
-                        f"upstream_{failure.cause.value.replace('-', '_')}",
+                        # (upstream_stall, upstream_reset; the upstream's own error event:
+                        # upstream_error, not upstream_upstream_error)
+                        "upstream_"
+                        + failure.cause.value.removeprefix("upstream-").replace("-", "_"),
                     )
                     return
                 try:

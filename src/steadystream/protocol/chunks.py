@@ -212,9 +212,21 @@ def _usage(value: Any) -> dict[str, int] | None:
         return None
     if not isinstance(value, dict):
         raise ProtocolError(f"usage is {_json_type(value)}, expected an object or null")
-    # Nested details (prompt_tokens_details, ...) are dropped: timelines keep counts only,
-    # and only counts they can hold (an upstream's 2**64 is none).
-    return {k: v for k, v in value.items() if is_count(v)}
+    # Timelines keep counts only, and only counts they can hold (an upstream's 2**64 is
+    # none): the nested details' two that a translation carries on come up flat, as the
+    # Responses dialect's do (cached_tokens, reasoning_tokens); the rest of them is dropped.
+    counts = {k: v for k, v in value.items() if is_count(v)}
+    for details, name in _DETAIL_COUNTS:
+        inner = value.get(details)
+        if isinstance(inner, dict) and is_count(inner.get(name)):
+            counts.setdefault(name, inner[name])
+    return counts
+
+
+_DETAIL_COUNTS = (
+    ("prompt_tokens_details", "cached_tokens"),
+    ("completion_tokens_details", "reasoning_tokens"),
+)
 
 
 def _dump_json(value: Any) -> bytes:

@@ -81,8 +81,14 @@ class ResponsesDialect:
         decoded = self._decode(kind, obj)
         # Taken once the event is known good (a bad one never reaches the client), and only
         # within what JSON numbers hold exactly: the gateway numbers its own events on from it.
+        # Not an error's: the upstream's error is not relayed (the gateway sends its own, next
+        # in line after what the client has, with no gap).
         sequence = obj.get("sequence_number")
-        if type(sequence) is int and self._sequence < sequence < MAX_SEQUENCE:
+        if (
+            type(sequence) is int
+            and self._sequence < sequence < MAX_SEQUENCE
+            and decoded.kind is not EventKind.ERROR
+        ):
             self._sequence = sequence
         return decoded
 

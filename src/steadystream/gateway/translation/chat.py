@@ -46,11 +46,13 @@ def comment_only(piece: Piece) -> Piece | None:
 
 
 def count(usage: dict[str, Any] | None, name: str, details: str = "") -> int | None:
-    """One count of a chat usage object, or of its ``details`` object (None: not given; a
-    stream's usage keeps only the top-level counts)."""
+    """One count of a chat usage object, or of its ``details`` object (None: not given). A
+    stream's usage keeps the counts only, a detail's among them flat: looked for there too."""
     found: Any = usage
     for key in (details, name) if details else (name,):
         found = found.get(key) if isinstance(found, dict) else None
+    if found is None and details and isinstance(usage, dict):
+        found = usage.get(name)
     return found if type(found) is int else None
 
 
