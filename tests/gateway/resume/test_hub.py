@@ -86,6 +86,8 @@ async def test_ended_streams_are_kept_for_the_ttl_then_a_resume_is_told_they_exp
     clock = FakeClock()
     hub, _ = hub_of(clock, ttl="10s")
     live = hub.open("chat", "t")
+    hub.alias("t", "resp_1", live.stream_id)
+    assert await hub.claim("k", Claim(live.stream_id, "body")) is None
     live.tee.stamp(event())
     live.ended("complete")
     await clock.advance(9 * NS_PER_S)
@@ -99,6 +101,10 @@ async def test_ended_streams_are_kept_for_the_ttl_then_a_resume_is_told_they_exp
         await anext(hub.local.follow(live.stream_id, 0, NS_PER_S))
     assert gone.value.reason == "expired"  # told why, not "unknown"
     assert "resume.ttl" in gone.value.message
+    # Its response id still names it (a resume by it is told it expired, not "unknown"), and
+    # its key is free: the request sent again is a new request.
+    assert await hub.stream_of_response("t", "resp_1") == live.stream_id
+    assert await hub.claim("k", Claim("strm_new", "body")) is None
 
 
 @pytest.mark.asyncio

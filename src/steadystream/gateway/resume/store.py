@@ -243,7 +243,8 @@ class MemoryStore:
     def _forget(self, stream_id: str, *, why: str | None = None) -> None:
         """Let go of a stream: ``why`` "evicted" or "expired" is remembered for a resume (an
         evicted stream's keys too, so a repeat of its request is told; an expired one's
-        request may start again); None forgets it outright."""
+        request may start again, and its response id still says it expired); None forgets
+        it outright."""
         self._ended.pop(stream_id, None)
         self._unkept.pop(stream_id, None)
         found = self._streams.pop(stream_id, None)
@@ -251,8 +252,10 @@ class MemoryStore:
             found[1].drop(_GONE_BY[why]())
             if why is not None:
                 self._remember_gone(found[0], why)
-        if why != "evicted":
+        if why is None:
             self._forget_keys(stream_id)
+        elif why == "expired":  # (its request may start again; its response id still tells)
+            self._forget_keys(stream_id, aliases=False)
 
     def _remember_gone(self, info: StreamInfo, why: str) -> None:
         """Keep why ``info``'s stream went (its keys with it: a repeat of its request is told
@@ -262,9 +265,11 @@ class MemoryStore:
         while len(gone) > self.max_streams:
             self._forget_keys(gone.popitem(last=False)[0])
 
-    def _forget_keys(self, stream_id: str) -> None:
+    def _forget_keys(self, stream_id: str, *, aliases: bool = True) -> None:
         for key in self._claims_of.pop(stream_id, ()):
             self._claims.pop(key, None)
+        if not aliases:
+            return
         name = self._aliases_of.pop(stream_id, None)
         if name is not None:
             self._aliases.pop(name, None)
