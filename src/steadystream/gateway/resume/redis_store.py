@@ -334,7 +334,10 @@ class RedisStore:
 
     async def refused(self, info: StreamInfo) -> None:
         """Written at once, not in the next batch: the client is about to get the refusal,
-        and its request sent again (on any replica) must not join this stream."""
+        and its request sent again (on any replica) must not join this stream. Not while
+        Redis is known down: the refusal would wait for the command's timeout, for nothing."""
+        if not self.up:
+            return
         meta = _meta(info.stream_id)
         try:
             async with asyncio.timeout(_COMMAND_S):
