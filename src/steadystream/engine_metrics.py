@@ -100,6 +100,8 @@ def parse_exposition(text: str) -> dict[str, float]:
 def read_engine_metrics(path: Path) -> EngineSamples:
     """Read a sidecar file. A line cut off at the end (an interrupted run) is skipped;
     any other bad line is an :class:`InputError` naming it."""
+    if path.exists() and not path.is_file():  # (a FIFO would hang the read, /dev/zero never end)
+        raise InputError(f"{path}: not a regular file; expected engine metrics")
     try:
         raw = path.read_bytes()
     except OSError as exc:

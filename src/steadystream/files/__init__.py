@@ -87,6 +87,11 @@ def read_timelines(path: PathLike, *, format: str | None = None) -> ReadResult:
         raise InputError(
             f"unknown format {format!r}; expected one of {', '.join(peers.FILE_FORMATS)}"
         )
+    if os.path.exists(name) and not os.path.isfile(name):
+        # A folder is the caller's to list; a FIFO or a device would hang the reader, or
+        # never end (/dev/zero).
+        what = "a folder" if os.path.isdir(name) else "not a regular file"
+        raise InputError(f"{name}: {what}; expected a timeline file")
     if format is None and not name.endswith(".parquet") and os.path.isfile(name):
         format = peers.detect_format(name)
     if format is not None and format != "steadystream":

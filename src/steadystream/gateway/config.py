@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -31,6 +30,7 @@ from pydantic import (
 from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_size
 from steadystream._validation import Duration, Workers, describe_errors, usable_cores
+from steadystream._yaml import load_yaml
 from steadystream.protocol.apis import Api
 
 __all__ = [
@@ -635,10 +635,7 @@ def config_from_mapping(
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a YAML configuration file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the configuration: {exc}") from exc
+    data = load_yaml(path, "gateway configuration")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a gateway configuration holds a mapping of keys")
     return config_from_mapping(data, source=str(path))

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from steadystream._exceptions import ConfigError
 from steadystream._validation import describe_errors
+from steadystream._yaml import load_yaml
 from steadystream.lab.presets import PRESETS
 from steadystream.lab.scenario import Scenario
 
@@ -52,10 +52,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise ConfigError(
             f"scenario {str(name_or_path)!r} is neither a preset ({', '.join(PRESETS)}) nor a file"
         )
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the scenario: {exc}") from exc
+    data = load_yaml(path, "scenario")
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -1,0 +1,89 @@
+"""Files from users are read with bounds: YAML (steadystream/_yaml.py), and never a path
+that is no regular file (a FIFO, a device)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from steadystream._exceptions import ConfigError
+from steadystream._yaml import load_yaml
+from steadystream.gateway.config import load_config
+
+LAUGHS = "\n".join(
+    ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]" for i in range(8)]
+)
+
+
+def test_anchors_shared_a_few_times_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "shared.yaml"
+    path.write_text("base: &base {timeout: 5}\none: *base\ntwo: *base\n")
+    assert load_yaml(path, "file") == {
+        "base": {"timeout": 5},
+        "one": {"timeout": 5},
+        "two": {"timeout": 5},
+    }
+
+
+def test_a_billion_laughs_is_refused_before_anything_walks_it(tmp_path: Path) -> None:
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS)
+    assert len(LAUGHS) < 600
+    with pytest.raises(ConfigError, match="more than 100000 values"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a: &x\n  - *x\n", "refers to itself"),
+        (b"a: \xff\xfe\n", "not UTF-8 text \\(byte 3\\)"),
+        (b"[" * 50_000, "nested too deep"),
+        (b"a: [1\n", "cannot read the gateway configuration"),
+    ],
+    ids=["self", "utf8", "deep", "syntax"],
+)
+def test_bad_files_are_refused_naming_the_file(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as refused:
+        load_config(path)
+    assert str(path) in str(refused.value)
+    assert len(str(refused.value)) < 1000
+
+
+def test_a_fifo_or_a_device_is_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)  # (nobody writes it: a read would wait forever)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config("/dev/zero")
+
+
+def test_a_file_past_the_size_bound_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(path)
+
+
+def test_a_timeline_or_engine_metrics_path_that_is_no_file_is_refused(tmp_path: Path) -> None:
+    # whatif, gate, report and replay read through read_timelines; a FIFO hung them all and
+    # /dev/zero grew their memory until the machine had none.
+    from steadystream._exceptions import InputError
+    from steadystream.engine_metrics import read_engine_metrics
+    from steadystream.files import read_timelines
+
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(InputError, match="not a regular file"):
+            read_timelines(path)
+        with pytest.raises(InputError, match="not a regular file"):
+            read_engine_metrics(path)
