@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,18 @@ def test_a_file_named_with_o_is_written(here: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (here / "other.html").is_file()
     assert (here / "report.html").read_text() == "the report of an earlier run"
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [("folder", "a folder"), ("fifo.html", "not a regular file"), ("no/such/r.html", "not exist")],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_reading(
+    here: Path, output: str, said: str
+) -> None:
+    (here / "folder").mkdir()
+    os.mkfifo(here / "fifo.html")  # (a write would wait for a reader forever)
+    result = runner.invoke(app, ["report", "run.jsonl", "-o", output])
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.output.replace("│", " ").split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)

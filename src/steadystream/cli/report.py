@@ -71,6 +71,9 @@ def report(
                 f"{output} exists: name another file with -o FILE, or overwrite it with --force",
                 param_hint="--output",
             )
+    problem = _unwritable(output)
+    if problem is not None:  # (said before the inputs are read: they may take a while)
+        raise typer.BadParameter(f"{output}: {problem}", param_hint="--output")
     config = metrics.metric_config()
     with exit_on_error():
         fmt = None if file_format == "auto" else file_format
@@ -109,3 +112,14 @@ def report(
 
             written = write_images(built, images)
             typer.echo(f"wrote {len(written)} images to {images}")
+
+
+def _unwritable(output: Path) -> str | None:
+    """Why the report cannot be written to ``output``, or None."""
+    if output.is_dir():
+        return "a folder; name the report's file"
+    if output.exists() and not output.is_file():
+        return "not a regular file (a FIFO would hang the write)"
+    if not output.parent.is_dir():
+        return f"its folder {output.parent} does not exist"
+    return None
