@@ -87,3 +87,29 @@ def test_a_timeline_or_engine_metrics_path_that_is_no_file_is_refused(tmp_path: 
             read_timelines(path)
         with pytest.raises(InputError, match="not a regular file"):
             read_engine_metrics(path)
+
+
+def test_a_timeline_file_of_bytes_with_no_line_end_is_refused(tmp_path: Path) -> None:
+    # A cut-off last line is a crashed recorder's (its streams before it are kept); a file
+    # that is nothing but a cut-off line is no run at all.
+    from steadystream._exceptions import TimelineFormatError
+    from steadystream.files import read_timelines
+
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\x00" * 1000)
+    with pytest.raises(TimelineFormatError, match="no complete line"):
+        read_timelines(path)
+
+
+def test_a_line_past_the_bound_is_refused_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steadystream._exceptions import TimelineFormatError
+    from steadystream.files import _jsonl, read_timelines
+
+    monkeypatch.setattr(_jsonl, "MAX_LINE_BYTES", 1 << 20)  # (the real bound is 256 MiB)
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"{" + b" " * (3 << 20))
+    with pytest.raises(TimelineFormatError, match="longer than 1 MiB") as refused:
+        read_timelines(path)
+    assert refused.value.line == 1

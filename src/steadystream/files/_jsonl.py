@@ -34,6 +34,7 @@ __all__ = [
 
 PathLike: TypeAlias = str | os.PathLike[str]
 
+MAX_LINE_BYTES = 256 << 20  # one stream's record (a 4-million-event stream is ~60 MiB)
 _BLOCK_BYTES = 8 << 20  # large enough to amortise numpy calls, small enough to bound memory
 _WRITE_BATCH = 1024
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -244,6 +245,12 @@ class JsonlReader:
             data = tail + chunk if tail else chunk
             cut = data.rfind(b"\n") + 1
             tail = data[cut:]
+            if len(tail) > MAX_LINE_BYTES:  # (a line with no end, or a decompression bomb)
+                raise TimelineFormatError(
+                    f"a line longer than {MAX_LINE_BYTES >> 20} MiB; not a timeline file",
+                    path=path,
+                    line=done + 1,
+                )
             if cut:
                 lines = data[: cut - 1].split(b"\n")
                 yield from decode_lines(lines, done + 1, path)
@@ -253,6 +260,14 @@ class JsonlReader:
         try:
             orjson.loads(tail)
         except orjson.JSONDecodeError:
+            if not done and not tail.lstrip().startswith(b"{"):
+                # No whole line before it, and not the start of a record: bytes, not a run
+                # whose recorder crashed mid-record.
+                raise TimelineFormatError(
+                    "not JSON, and no complete line before it; not a timeline file",
+                    path=path,
+                    line=1,
+                ) from None
             self.truncated_line = done + 1
             return
         yield from decode_lines([tail], done + 1, path)
