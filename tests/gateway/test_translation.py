@@ -6,6 +6,7 @@ recorded; what cannot be translated is refused naming the field."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anthropic
@@ -212,41 +213,28 @@ def test_an_upstream_silent_after_its_finish_is_closed_in_the_clients_api(
     assert text_of(events) == "".join(answer(finished_truth(lab, request_id)))
 
 
-@pytest.mark.parametrize("path", ["/responses", "/messages"])
-def test_a_translated_stream_fails_over_before_the_client_had_anything(
-    sink: MemorySink, path: str
-) -> None:
-    with (
-        LabServer(FAST, seed=4) as slow,
-        LabServer(FAST, seed=4) as backup,
-    ):
-        config = gateway_config(
-            upstream(slow, "slow", fault="slow-first-token=3s", **CHAT_ONLY),
-            upstream(backup, "backup", priority=1, **CHAT_ONLY),
-        )
-        request_id = f"tr-fo{path[1:]}"
-        with GatewayServer(config, recorder=sink) as gw:
-            streamed = post(gw.base_url, path, BODIES[path], {"X-Request-Id": request_id})
-        truth = finished_truth(backup, f"{request_id}.f1")
-    events = typed_events(streamed)
-    assert text_of(events) == "".join(answer(truth))
-    assert [e["type"] for e in events].count(events[0]["type"]) == 1  # one start
-    if path == "/responses":
-        assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    _, down = sink.edges(request_id)
-    assert down.outcome is Outcome.FAILED_OVER
+@contextmanager
+def _failing_first(how: str) -> Iterator[dict[str, Any]]:
+    """The first upstream's entry: one that sends nothing in time (``slow``), or one whose
+    role chunk goes out (the gateway's opening events with it) before it breaks (``opened``)."""
+    if how == "slow":
+        with LabServer(FAST, seed=4) as slow:
+            yield upstream(slow, "slow", fault="slow-first-token=3s", **CHAT_ONLY)
+    else:
+        with HostileUpstream(default="adv-role-close") as broken:
+            yield {"name": "broken", "base_url": broken.base_url, **CHAT_ONLY}
 
 
+@pytest.mark.parametrize("how", ["slow", "opened"])
 @pytest.mark.parametrize("path", ["/responses", "/messages"])
-def test_a_translated_stream_whose_opening_went_out_fails_over_before_its_first_token(
-    sink: MemorySink, path: str
+def test_a_translated_stream_fails_over_before_its_first_token(
+    sink: MemorySink, path: str, how: str
 ) -> None:
-    # The first upstream sends its role chunk (the gateway's opening events go out) and
-    # breaks before a token: the next one's tokens follow that opening, numbered on.
-    with HostileUpstream(default="adv-role-close") as broken, LabServer(FAST, seed=4) as backup:
-        first = {"name": "broken", "base_url": broken.base_url, **CHAT_ONLY}
+    # Until a token went out, the next upstream's tokens follow what the client has (its
+    # opening events, if any: the translator's own, numbered on), one start, no error.
+    with _failing_first(how) as first, LabServer(FAST, seed=4) as backup:
         config = gateway_config(first, upstream(backup, "backup", priority=1, **CHAT_ONLY))
-        request_id = f"tr-open{path[1:]}"
+        request_id = f"tr-fo-{how}{path[1:]}"
         with GatewayServer(config, recorder=sink) as gw:
             streamed = post(gw.base_url, path, BODIES[path], {"X-Request-Id": request_id})
         truth = finished_truth(backup, f"{request_id}.f1")

@@ -446,7 +446,7 @@ class StreamRelay(Relay):
         if self.request.choices != 1 and progress.first_token:
             decision = Decision(Action.ERROR, reason="n > 1 is not failed over")
         if self.request.typed and (
-            progress.first_token or (self.translator is None and progress.role_sent)
+            progress.first_token or (translator is None and progress.role_sent)
         ):
             # Its events carry the response's id and numbers: a second stream's cannot follow
             # once a token went out. A translated stream's opening events are the gateway's
@@ -454,9 +454,7 @@ class StreamRelay(Relay):
             # the first token, another upstream is tried as for chat (transparent). A relayed
             # one's opening came from its upstream, with that upstream's id.
             where = "mid-way" if progress.first_token else "once its upstream's opening went out"
-            decision = Decision(
-                Action.ERROR, reason=f"a {self.request.route} stream is not failed over {where}"
-            )
+            decision = Decision(Action.ERROR, reason=f"a {route} stream is not failed over {where}")
         return decision
 
     def _new_dialect(self, api: Api) -> Dialect:

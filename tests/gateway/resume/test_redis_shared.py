@@ -17,7 +17,7 @@ import redis
 
 from steadystream._processes import free_port
 from steadystream.gateway import GatewayServer
-from steadystream.lab import LabServer
+from steadystream.lab import LabServer, RequestTruth
 from tests.support.gateway import (
     answer,
     chat_body,
@@ -28,7 +28,7 @@ from tests.support.gateway import (
     wait_for,
 )
 from tests.support.hostile import HostileUpstream
-from tests.support.resume import RedisServer, read_stream
+from tests.support.resume import Read, RedisServer, read_stream
 
 pytestmark = pytest.mark.integration
 
@@ -90,23 +90,31 @@ def test_a_reader_resumes_through_the_other_gateway(redis_server: RedisServer) -
     assert orjson.loads(past.body)["error"]["code"] == "stream_unknown"
 
 
-def test_a_reader_on_the_other_gateway_ahead_of_the_stream_is_refused_not_held(
-    redis_server: RedisServer,
-) -> None:
-    # An event the running stream never sent: not waited for (the reader would be told
-    # nothing, and hold the generation past its grace), refused once Redis could have it.
+def dropped_then_read_on_b(
+    redis_server: RedisServer, request_id: str, tokens: int, last_event_id: str | None = None
+) -> tuple[Read, Read, RequestTruth]:
+    """A reader drops a stream on gateway a after 3 events (a's grace is 200 ms) and reads
+    it on b from ``last_event_id`` (default: the last it had): both reads, and the truth."""
     with (
         LabServer("steady") as lab,
         gateways(2, upstream(lab, "lab"), redis_server.url, resume={"grace": "200ms"}) as (a, b),
     ):
         first = read_stream(
-            a.url, "POST", CHAT, chat_body(400), {"X-Request-Id": "ahead-1"}, leave_after=3
+            a.url, "POST", CHAT, chat_body(tokens), {"X-Request-Id": request_id}, leave_after=3
         )
-        ahead = read_stream(
+        rest = read_stream(
             b.url, "GET", f"/v1/streams/{first.stream_id}", None,
-            {"Last-Event-ID": "999999999999999999"},
+            {"Last-Event-ID": last_event_id or first.last_id},
         )  # fmt: skip
-        truth = finished_truth(lab, "ahead-1")
+        return first, rest, finished_truth(lab, request_id)
+
+
+def test_a_reader_on_the_other_gateway_ahead_of_the_stream_is_refused_not_held(
+    redis_server: RedisServer,
+) -> None:
+    # An event the running stream never sent: not waited for (the reader would be told
+    # nothing, and hold the generation past its grace), refused once Redis could have it.
+    _, ahead, truth = dropped_then_read_on_b(redis_server, "ahead-1", 400, "999999999999999999")
     assert ahead.status == 410
     assert orjson.loads(ahead.body)["error"]["code"] == "stream_unknown"
     assert truth.tokens_generated < 400  # the grace ran out: cancelled, not held
@@ -115,18 +123,7 @@ def test_a_reader_on_the_other_gateway_ahead_of_the_stream_is_refused_not_held(
 def test_a_reader_on_the_other_gateway_holds_the_generation_past_its_grace(
     redis_server: RedisServer,
 ) -> None:
-    with (
-        LabServer("steady") as lab,
-        gateways(2, upstream(lab, "lab"), redis_server.url, resume={"grace": "200ms"}) as (a, b),
-    ):
-        first = read_stream(
-            a.url, "POST", CHAT, chat_body(80), {"X-Request-Id": "hold-1"}, leave_after=3
-        )
-        rest = read_stream(
-            b.url, "GET", f"/v1/streams/{first.stream_id}", None,
-            {"Last-Event-ID": first.last_id},
-        )  # fmt: skip
-        truth = finished_truth(lab, "hold-1")
+    first, rest, truth = dropped_then_read_on_b(redis_server, "hold-1", 80)
     # 80 tokens take 2 s: the grace (200 ms) passed long before, while b's reader read
     assert truth.finish_reason == "length"
     assert first.text + rest.text == "".join(answer(truth))
