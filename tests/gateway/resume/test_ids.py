@@ -99,3 +99,30 @@ def test_a_plain_tee_keeps_one_event_reads_as_they_go_and_drops_a_stream_past_it
     assert log.gone is not None
     assert log.gone.reason == "too_large"
     assert tee.next_id == 4  # the ids go on for the reader who still reads
+
+
+def test_a_log_tells_of_its_news_once_each_time_it_is_asked(build: str) -> None:
+    # What the Redis store reads at each batch: only the logs that got events (or let go of
+    # them) since it last asked, each listed once however many reads came.
+    from steadystream.gateway.resume.ids import tee_build
+
+    log = tee_build().StreamLog(100)
+    tee = tee_build().StreamTee("s1", log, None, None)
+    news: list[object] = []
+    tee.stamp(b"data: a\n\n")
+    assert news == []  # not asked yet
+    log.tell_news(news, "s1")
+    tee.stamp(b"data: b\n\n")
+    tee.stamp(b"data: c\n\ndata: d\n\n")
+    assert news == ["s1"]  # once, for three reads
+    news.clear()
+    tee.stamp(b"data: e\n\n")
+    assert news == []  # not asked again
+    log.tell_news(news, "s1")
+    assert log.gone is None
+    tee.stamp(b"data: ffffffffffffffff\n\n")  # past 100 bytes: let go of, news too
+    assert log.gone is not None
+    assert news == ["s1"]
+    log.tell_news(news, "s1")
+    log.drop(log.gone)
+    assert news == ["s1", "s1"]

@@ -158,3 +158,39 @@ async def test_many_running_streams_are_written_in_bounded_batches_and_none_is_l
     for index in range(40):
         assert _meta(redis_server, f"m{index}").get(b"gone") is None
         assert [number for number, _ in _entries(redis_server, f"m{index}")] == [1]
+
+
+class _PassClock:
+    """Time that moves only while the loop is busy: ``busy(n)`` makes each of the loop's next
+    ``n`` passes take 5 ms (a burst of reads), and passes after them take none."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ns(self) -> int:
+        return self.now
+
+    def busy(self, passes: int) -> None:
+        if passes > 0:
+            self.now += 5_000_000
+            asyncio.get_running_loop().call_soon(self.busy, passes - 1)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("busy_passes", "waited_ms"), [(0, 0), (4, 20), (100, 75)])
+async def test_a_batch_waits_for_a_quiet_pass_of_the_loop_but_not_long(
+    busy_passes: int, waited_ms: int
+) -> None:
+    # Sent in the middle of a burst of reads, a batch would delay the burst's events behind
+    # it: it goes after the burst, or after 75 ms of bursts at most.
+    clock = _PassClock()
+    store = RedisStore(
+        ResumeConfig.model_validate({"store": "redis://127.0.0.1:1/0"}),
+        clock,  # type: ignore[arg-type]
+        GatewayMetrics(CollectorRegistry()),
+        logging.getLogger("test"),
+    )
+    asyncio.get_running_loop().call_soon(clock.busy, busy_passes)
+    await store._quiet_moment()
+    assert clock.now == waited_ms * 1_000_000
+    await store.close()

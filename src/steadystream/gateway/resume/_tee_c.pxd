@@ -11,10 +11,13 @@ cdef class StreamLog:
     cdef public long long ended_ns
     cdef public object gone
     cdef list _waiters
+    cdef list _news
+    cdef object _news_token
 
     cpdef void add(self, list events, Py_ssize_t size)
     cpdef void keep(self, bytes event)
     cdef void _too_large(self)
+    cdef void _told(self)
 
 
 @cython.locals(event=bytes)

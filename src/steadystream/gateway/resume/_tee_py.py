@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from steadystream._clock import Clock
 from steadystream.gateway.resume.gone import StreamGone
@@ -55,7 +55,17 @@ class SharedKeeper(Protocol):
 class StreamLog:
     """One stream's events (see the module docstring)."""
 
-    __slots__ = ("_waiters", "ended", "ended_ns", "events", "gone", "max_bytes", "size")
+    __slots__ = (
+        "_news",
+        "_news_token",
+        "_waiters",
+        "ended",
+        "ended_ns",
+        "events",
+        "gone",
+        "max_bytes",
+        "size",
+    )
 
     def __init__(self, max_bytes: int) -> None:
         self.events: list[bytes] = []
@@ -65,6 +75,21 @@ class StreamLog:
         self.ended_ns = 0
         self.gone: StreamGone | None = None  # why its events are not kept
         self._waiters: list[asyncio.Future[None]] = []
+        self._news: list[Any] | None = None  # told once of what comes next (tell_news)
+        self._news_token: object = None
+
+    def tell_news(self, news: list[Any], token: object) -> None:
+        """Append ``token`` to ``news`` once, when the next events come or the log lets go of
+        them: whoever reads the log elsewhere (the Redis store) looks only at logs with news,
+        and the relay's path does one test more, not a call."""
+        self._news = news
+        self._news_token = token
+
+    def _told(self) -> None:
+        news = self._news
+        if news is not None:
+            self._news = None
+            news.append(self._news_token)
 
     def add(self, events: list[bytes], size: int) -> None:
         """Keep ``events`` (``size`` bytes in all), and wake the readers waiting for them."""
@@ -74,6 +99,8 @@ class StreamLog:
                 self._too_large()
                 return
             self.events += events
+            if self._news is not None:
+                self._told()
         if self._waiters:
             self._wake()
 
@@ -85,6 +112,8 @@ class StreamLog:
                 self._too_large()
                 return
             self.events.append(event)
+            if self._news is not None:
+                self._told()
         if self._waiters:
             self._wake()
 
@@ -110,6 +139,7 @@ class StreamLog:
             self.gone = gone
         self.events = []
         self.size = 0
+        self._told()
         self._wake()
 
     async def wait(self, seen: int, clock: Clock, deadline_ns: int) -> None:

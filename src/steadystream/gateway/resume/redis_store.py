@@ -20,10 +20,14 @@ read, and the entry ids are the event ids, so a resume is one command.
 **Nothing on the relay's path**: a stream's events are already in this process's log (the
 memory store's, which the tee writes to), so the store reads them from there
 (:meth:`RedisStore.opened` is given the log) and the relay does no work per read for Redis.
-One writer task looks at the running streams' logs every 25 ms and sends what is new in all of
-them, with the opens and ends queued meanwhile, as one call of a Lua script: one command and
-one round trip whatever the number of streams and events (a command per event cost the
-client more CPU than the rest of the relay), and the next batch while that one is out. At a
+One writer task, every 25 ms, takes what is new in the logs that got events since it last
+looked (a log says so once, :meth:`StreamLog.tell_news`: one test on the relay's path, no
+call, and no look at the logs with nothing new), and sends it, with the opens and ends
+queued meanwhile, as one call of a Lua script: one command and one round trip whatever the
+number of streams and events (a command per event cost the client more CPU than the rest of
+the relay), the events of a stream in one operation, and the next batch while that one is
+out. It sends at a quiet moment of the loop, between the bursts of reads a batching engine's
+steps bring (75 ms late at most), not in their middle, where it would delay them. At a
 stream's end what its log holds and Redis does not yet is queued at once, before the end, so
 nothing the memory store lets go of later is missed. A stream the memory store does not keep
 (``resume.max_streams`` streams all running) has its events handed here read by read
@@ -61,6 +65,11 @@ _COMMAND_S = 2.0  # a command (or a pipeline) Redis does not answer in this is a
 # another replica see live events up to this much later (a reader on this process reads
 # its own copy): 25 ms is below what a person reading can tell.
 _COALESCE_S = 0.025
+# A batch waits for a quiet moment: one pass of the loop (a sleep(0)) shorter than this, so
+# it goes between the bursts of a batching engine's steps, not in their middle; it waits
+# no longer than _QUIET_MOST_NS for one.
+_QUIET_NS = 1_000_000
+_QUIET_MOST_NS = 75_000_000
 _RETRY_NS = NS_PER_S  # while Redis is down, a batch is tried at most this often
 _HEARTBEAT_MS = 3_000  # a remote reader's mark lives this long; refreshed every second
 _READ_COUNT = 1_000  # entries per XREAD
@@ -130,6 +139,7 @@ class RedisStore:
         self._sizes: dict[str, int] = {}  # bytes written per live stream (handed ones)
         # The running streams whose events are read from their log in this process.
         self._sources: dict[str, _Source] = {}
+        self._news: list[_Source] = []  # those whose logs got events since last looked at
         self._broken: OrderedDict[str, str] = OrderedDict()  # stream -> why unresumable
         self._retry_at = 0
         self._wake: asyncio.Event | None = None
@@ -142,7 +152,8 @@ class RedisStore:
         """A stream starts. With ``source`` (its log in this process) its events are read from
         there; without, they are handed here (:meth:`append`)."""
         if source is not None:
-            self._sources[info.stream_id] = _Source(source)
+            kept = self._sources[info.stream_id] = _Source(info.stream_id, source)
+            source.tell_news(self._news, kept)
         else:
             self._sizes[info.stream_id] = 0
         self._queue(("open", info), 64)
@@ -229,6 +240,7 @@ class RedisStore:
             # What more loop passes bring in the next moments goes in the same call (see
             # _COALESCE_S): the running streams' logs are looked at once a batch.
             await asyncio.sleep(_COALESCE_S)
+            await self._quiet_moment()
             wake.clear()
             batch = self._batch()
             if not batch:
@@ -248,6 +260,19 @@ class RedisStore:
                     self.metrics.resume_store_up.set(1)
                     self.log.warning("resume store (redis): reachable again")
 
+    async def _quiet_moment(self) -> None:
+        """Wait for a pass of the loop with no burst of reads in it, :data:`_QUIET_MOST_NS`
+        at most: a batch sent in the middle of a burst delays the burst's events behind it
+        (building the call, and ``redis-server`` running it on the cores the relay shares)."""
+        now_ns = self.clock.now_ns
+        start = now_ns()
+        while True:
+            before = now_ns()
+            await asyncio.sleep(0)
+            after = now_ns()
+            if after - before < _QUIET_NS or after - start >= _QUIET_MOST_NS:
+                return
+
     def _batch(self) -> list[tuple[Any, ...]]:
         """What goes in the next call: the opens queued, then what the running streams' logs
         hold that Redis does not (up to the batch's bound: the rest waits for the next), then
@@ -257,16 +282,25 @@ class RedisStore:
         batch = [command for command in queued if command[0] == "open"]
         opens = len(batch)
         room = self.max_pending
-        for stream_id, source in list(self._sources.items()):
-            log = source.log
-            if log.gone is None and len(log.events) <= source.taken:
-                continue  # (most streams, most passes: nothing new)
+        # Only the logs that got events (or let go of them) since they were last looked
+        # at: each tells the list once (StreamLog.tell_news), and is asked again here. (One
+        # list, emptied in place: the logs that wait for news hold it.)
+        news = self._news[:]
+        self._news.clear()
+        sources = self._sources
+        for at, source in enumerate(news):
+            stream_id = source.stream_id
+            if sources.get(stream_id) is not source:
+                continue  # ended, or unresumable, since
             if room <= 0:
+                self._news += news[at:]  # (the next batch's)
                 break
             command = self._take(stream_id, source, queue=False)
             if command is not None:
                 batch.append(command)
                 room -= sum(map(len, command[3]))
+            if stream_id in sources:
+                source.log.tell_news(self._news, source)
         if opens < len(queued):
             batch += [command for command in queued if command[0] != "open"]
         return batch
@@ -286,9 +320,13 @@ class RedisStore:
             if kind == "append":
                 _, stream_id, first_id, events = command
                 name = stream_id.encode()
-                for offset, event in enumerate(events):
-                    add(b"a %s %d %d\n" % (name, first_id + offset, len(event)))
-                    add(event)
+                # The events' sizes as one list's text, then the events: no line per event.
+                sizes = list(map(len, events))
+                listed = repr(sizes).encode()
+                add(b"a %s %d %d\n" % (name, first_id, len(listed) + 1 + sum(sizes)))
+                add(listed)
+                add(b"\n")
+                add(b"".join(events))
                 if refreshed.get(stream_id, 0) < refresh:
                     refreshed[stream_id] = now
                     add(b"r %s 0 0\n" % name)
@@ -551,9 +589,10 @@ class RedisStore:
 
 
 # One batch of writes, run in Redis: ARGV[1] the TTL (ms), ARGV[2] the operations, each a
-# line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream event-id event, r(efresh)
-# stream, o(pen) stream 0 "route<TAB>tenant", e(nd) stream last-id how, g(one) stream 0
-# reason, l (alias) name 0 stream. (Keys are built here: one Redis, not a cluster.)
+# line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream first-event-id "[size, ...]
+# <LF>" and the events, r(efresh) stream, o(pen) stream 0 "route<TAB>tenant", e(nd) stream
+# last-id how, g(one) stream 0 reason, l (alias) name 0 stream. (Keys are built here: one
+# Redis, not a cluster.)
 _WRITE = """
 local ttl = tonumber(ARGV[1])
 local blob = ARGV[2]
@@ -568,7 +607,16 @@ while pos <= size do
   local events = 'ss:' .. s .. ':e'
   local meta = 'ss:' .. s .. ':m'
   if op == 'a' then
-    redis.call('XADD', events, '0-' .. num, 'd', payload)
+    local listed = string.find(payload, '\\n', 1, true)
+    local at = listed + 1
+    local id = tonumber(num)
+    for n in string.gmatch(string.sub(payload, 1, listed - 1), '%d+') do
+      n = tonumber(n)
+      local event = string.sub(payload, at, at + n - 1)
+      redis.call('XADD', events, string.format('0-%d', id), 'd', event)
+      at = at + n
+      id = id + 1
+    end
   elseif op == 'r' then
     redis.call('PEXPIRE', events, ttl)
     redis.call('PEXPIRE', meta, ttl)
@@ -611,9 +659,10 @@ return held
 class _Source:
     """A running stream whose events the store reads from its log in this process."""
 
-    __slots__ = ("log", "taken")
+    __slots__ = ("log", "stream_id", "taken")
 
-    def __init__(self, log: StreamLog) -> None:
+    def __init__(self, stream_id: str, log: StreamLog) -> None:
+        self.stream_id = stream_id
         self.log = log
         self.taken = 0  # its events taken for Redis so far (the log's first ``taken``)
 
