@@ -194,3 +194,34 @@ async def test_a_batch_waits_for_a_quiet_pass_of_the_loop_but_not_long(
     await store._quiet_moment()
     assert clock.now == waited_ms * 1_000_000
     await store.close()
+
+
+@pytest.mark.asyncio
+async def test_events_of_any_bytes_and_sizes_reach_redis_exactly(
+    redis_server: RedisServer,
+) -> None:
+    # A stream's events go to the script as one operation: their sizes, then their bytes.
+    # Bytes that look like the operations' own syntax, every byte value, an empty event and
+    # a large one must come out of Redis as they went in, each under its own id.
+    every_byte = bytes(range(256))
+    events = [
+        b"data: [1, 2, 3]\nid: 1\n\n",
+        b"a s4 9 99\n" + every_byte + b"\nid: 2\n\n",
+        b"",
+        b"data: " + b"\r\n" * 3 + b"9" * 200_000 + b"\nid: 4\n\n",
+        b"data: \xff\xfe\x00 ]\nid: 5\n\n",
+    ]
+    store = _store(redis_server)
+    log = StreamLog(1 << 22)
+    try:
+        store.opened(StreamInfo("s4", "chat", "t"), log)
+        log.add(events[:2], sum(map(len, events[:2])))
+        await _until(lambda: len(_entries(redis_server, "s4")) == 2)
+        log.add(events[2:], sum(map(len, events[2:])))
+        store.ended("s4", "complete", 6)
+        await _until(lambda: len(_entries(redis_server, "s4")) == 6)
+    finally:
+        await store.close()
+    entries = _entries(redis_server, "s4")
+    assert [number for number, _ in entries] == [1, 2, 3, 4, 5, 6]
+    assert [fields[b"d"] for _, fields in entries[:5]] == events
