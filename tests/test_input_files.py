@@ -28,6 +28,25 @@ def test_anchors_shared_a_few_times_are_read(tmp_path: Path) -> None:
     }
 
 
+def test_a_key_given_twice_is_refused_naming_both_lines_but_a_merge_may_be_overridden(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text("server:\n  port: 8081\n  host: 0.0.0.0\n  port: 8082\n")
+    with pytest.raises(ConfigError, match=r"line 4: key 'port' is given twice \(first at line 2\)"):
+        load_config(path)
+    path.write_text("a: {x: 1, x: 2}\n")  # (in a flow mapping too, on one line)
+    with pytest.raises(ConfigError, match="key 'x' is given twice"):
+        load_yaml(path, "file")
+    path.write_text("base: &base {x: 1, y: 2}\nmine:\n  <<: *base\n  x: 3\n1: a\n'1': b\n")
+    assert load_yaml(path, "file") == {
+        "base": {"x": 1, "y": 2},
+        "mine": {"x": 3, "y": 2},  # the merge's x, overridden as YAML's merge says
+        1: "a",
+        "1": "b",  # (a number and a string are two keys)
+    }
+
+
 def test_a_billion_laughs_is_refused_before_anything_walks_it(tmp_path: Path) -> None:
     path = tmp_path / "laughs.yaml"
     path.write_text(LAUGHS)

@@ -21,6 +21,7 @@ __all__ = ["MAX_BYTES", "MAX_VALUES", "load_yaml"]
 
 MAX_BYTES = 1 << 20
 MAX_VALUES = 100_000
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 def load_yaml(path: Path, what: str) -> Any:
@@ -68,6 +69,8 @@ def _check_size(root: yaml.Node, path: Path, what: str) -> None:
         if not done:
             if key in sizes:
                 continue  # (an alias of a node counted already)
+            if isinstance(node, yaml.MappingNode):
+                _check_keys(node, path, what)
             open_.add(key)
             stack.append((node, True))
             for child in children:
@@ -83,6 +86,23 @@ def _check_size(root: yaml.Node, path: Path, what: str) -> None:
             )
         sizes[key] = size
         open_.discard(key)
+
+
+def _check_keys(node: yaml.MappingNode, path: Path, what: str) -> None:
+    """A key given twice in one mapping is refused (YAML says keys are unique; the loader
+    would keep the last one silently, and which one the user meant is anyone's guess).
+    Merged keys (``<<: *base``) may be overridden, as YAML's merge says."""
+    seen: dict[tuple[str, str], yaml.Node] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE:
+            continue
+        first = seen.get((key.tag, key.value))
+        if first is not None:
+            raise ConfigError(
+                f"{path}: line {key.start_mark.line + 1}: key {key.value[:80]!r} is given twice"
+                f" (first at line {first.start_mark.line + 1}); not a {what}"
+            )
+        seen[(key.tag, key.value)] = key
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -55,6 +55,10 @@ def test_durations_and_sizes_as_people_write_them() -> None:
         ({"upstreams": [{"name": "x", "base_url": "ftp://h"}]}, ["upstreams.0.base_url", "http"]),
         ({"upstreams": [UPSTREAM, UPSTREAM]}, ["used twice"]),
         ({}, ["'upstreams'", "required"]),
+        # true is no 1, false no 0 (pydantic would take them): a slip, named
+        (config(server={"port": True}), ["server.port", "a number, not true"]),
+        (config(failover={"max_attempts": False}), ["failover.max_attempts", "not false"]),
+        ({"upstreams": [{**UPSTREAM, "priority": True}]}, ["upstreams.0.priority", "not true"]),
         (
             {"upstreams": [{**UPSTREAM, "chat_continuation": "magic"}]},
             ["chat_continuation", "'vllm'", "'prefix'", "'none'"],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -101,6 +102,18 @@ Size = Annotated[int, BeforeValidator(_size)]
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_true_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic takes true for 1 and false for 0 where a number is asked: `port: true`
+        # or `max_attempts: yes` is a slip, never meant as 1.
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = get_args(annotation) or (annotation,)
+            if (int in kinds or float in kinds) and bool not in kinds:
+                raise ValueError(f"a number, not {str(value).lower()}")
+        return value
 
 
 class ServerConfig(_Section):
