@@ -215,9 +215,11 @@ async def test_events_of_any_bytes_and_sizes_reach_redis_exactly(
     log = StreamLog(1 << 22)
     try:
         store.opened(StreamInfo("s4", "chat", "t"), log)
-        log.add(events[:2], sum(map(len, events[:2])))
+        log.add(events[:2], sum(map(len, events[:2])))  # two in one batch
         await _until(lambda: len(_entries(redis_server, "s4")) == 2)
-        log.add(events[2:], sum(map(len, events[2:])))
+        log.keep(events[2])  # one alone (and empty)
+        await _until(lambda: len(_entries(redis_server, "s4")) == 3)
+        log.add(events[3:], sum(map(len, events[3:])))  # taken at the end, not by a batch
         store.ended("s4", "complete", 6)
         await _until(lambda: len(_entries(redis_server, "s4")) == 6)
     finally:

@@ -288,6 +288,10 @@ class RedisStore:
         news = self._news[:]
         self._news.clear()
         sources = self._sources
+        broken = self._broken
+        now = self.clock.now_ns()
+        refresh = now - self.ttl_ms * 250_000  # a quarter of the TTL ago
+        refreshed = self._refreshed
         for at, source in enumerate(news):
             stream_id = source.stream_id
             if sources.get(stream_id) is not source:
@@ -295,12 +299,29 @@ class RedisStore:
             if room <= 0:
                 self._news += news[at:]  # (the next batch's)
                 break
-            command = self._take(stream_id, source, queue=False)
-            if command is not None:
-                batch.append(command)
-                room -= sum(map(len, command[3]))
-            if stream_id in sources:
-                source.log.tell_news(self._news, source)
+            log = source.log
+            if log.gone is not None:
+                del sources[stream_id]
+                self._break(stream_id, log.gone.reason)
+                continue
+            events = log.events
+            count = len(events)
+            taken = source.taken
+            if count > taken and stream_id not in broken:
+                # (Encoded here, the events of one stream as one operation: most batches
+                # bring a stream one event, and this is the writer's cost per event.)
+                source.taken = count
+                if count - taken == 1:  # (_appended, without the call)
+                    event = events[taken]
+                    encoded = b"a %s %d %d\n%s" % (source.name, count, len(event), event)
+                else:
+                    encoded = _appended(source.name, taken + 1, events, taken, count)
+                if refreshed.get(stream_id, 0) < refresh:
+                    refreshed[stream_id] = now
+                    encoded += b"r %s 0 0\n" % source.name
+                batch.append(("encoded", stream_id, encoded))
+                room -= len(encoded)
+            log.tell_news(self._news, source)
         if opens < len(queued):
             batch += [command for command in queued if command[0] != "open"]
         return batch
@@ -317,16 +338,12 @@ class RedisStore:
         refreshed = self._refreshed
         for command in batch:
             kind = command[0]
-            if kind == "append":
+            if kind == "encoded":
+                add(command[2])
+            elif kind == "append":
                 _, stream_id, first_id, events = command
                 name = stream_id.encode()
-                # The events' sizes as one list's text, then the events: no line per event.
-                sizes = list(map(len, events))
-                listed = repr(sizes).encode()
-                add(b"a %s %d %d\n" % (name, first_id, len(listed) + 1 + sum(sizes)))
-                add(listed)
-                add(b"\n")
-                add(b"".join(events))
+                add(_appended(name, first_id, events, 0, len(events)))
                 if refreshed.get(stream_id, 0) < refresh:
                     refreshed[stream_id] = now
                     add(b"r %s 0 0\n" % name)
@@ -365,7 +382,7 @@ class RedisStore:
             kind = command[0]
             if kind == "gone":
                 self._pending.append(command)
-            elif kind in ("append", "open", "end"):
+            elif kind in ("append", "encoded", "open", "end"):
                 self._break(command[1].stream_id if kind == "open" else command[1], "unresumable")
 
     # -- reads --------------------------------------------------------------------------------
@@ -589,10 +606,10 @@ class RedisStore:
 
 
 # One batch of writes, run in Redis: ARGV[1] the TTL (ms), ARGV[2] the operations, each a
-# line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream first-event-id "[size, ...]
-# <LF>" and the events, r(efresh) stream, o(pen) stream 0 "route<TAB>tenant", e(nd) stream
-# last-id how, g(one) stream 0 reason, l (alias) name 0 stream. (Keys are built here: one
-# Redis, not a cluster.)
+# line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream event-id event, A(ppend
+# many) stream first-event-id "[size, ...]<LF>" and the events, r(efresh) stream, o(pen)
+# stream 0 "route<TAB>tenant", e(nd) stream last-id how, g(one) stream 0 reason, l (alias)
+# name 0 stream. (Keys are built here: one Redis, not a cluster.)
 _WRITE = """
 local ttl = tonumber(ARGV[1])
 local blob = ARGV[2]
@@ -607,6 +624,8 @@ while pos <= size do
   local events = 'ss:' .. s .. ':e'
   local meta = 'ss:' .. s .. ':m'
   if op == 'a' then
+    redis.call('XADD', events, '0-' .. num, 'd', payload)
+  elseif op == 'A' then
     local listed = string.find(payload, '\\n', 1, true)
     local at = listed + 1
     local id = tonumber(num)
@@ -659,12 +678,26 @@ return held
 class _Source:
     """A running stream whose events the store reads from its log in this process."""
 
-    __slots__ = ("log", "stream_id", "taken")
+    __slots__ = ("log", "name", "stream_id", "taken")
 
     def __init__(self, stream_id: str, log: StreamLog) -> None:
         self.stream_id = stream_id
+        self.name = stream_id.encode()
         self.log = log
         self.taken = 0  # its events taken for Redis so far (the log's first ``taken``)
+
+
+def _appended(name: bytes, first_id: int, events: list[bytes], start: int, stop: int) -> bytes:
+    """The operation that appends ``events[start:stop]``, the first numbered ``first_id``:
+    one event as it is; more as their sizes (one list's text) and then their bytes."""
+    if stop - start == 1:
+        event = events[start]
+        return b"a %s %d %d\n%s" % (name, first_id, len(event), event)
+    fresh = events[start:stop]
+    sizes = list(map(len, fresh))
+    listed = repr(sizes).encode()
+    size = len(listed) + 1 + sum(sizes)
+    return b"A %s %d %d\n%s\n%s" % (name, first_id, size, listed, b"".join(fresh))
 
 
 def _record(add: Callable[[bytes], None], op: bytes, name: str, number: int, text: str) -> None:
