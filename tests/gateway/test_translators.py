@@ -172,6 +172,21 @@ def test_reasoning_gets_its_own_item_and_block_and_length_is_incomplete() -> Non
     assert events[-2]["delta"]["stop_reason"] == "max_tokens"
 
 
+def test_a_tool_call_a_chat_upstream_makes_anyway_ends_the_turn_in_both_apis() -> None:
+    # Tool calls are not translated: the call is not sent on, so neither API may say one
+    # was made (a Messages tool_use stop sends a client's tool loop looking for its block).
+    reads = answer("Let me check.", finish="tool_calls")
+    events = translate("messages", reads)
+    blocks = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    assert blocks == ["text"]
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+    events = translate("responses", reads)
+    final = openai.types.responses.Response.model_validate(events[-1]["response"])
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["message"]
+    assert final.output_text == "Let me check."
+
+
 def test_one_read_or_many_give_the_same_events() -> None:
     reads = answer("a", "b", "c")
     for route in ("responses", "messages"):

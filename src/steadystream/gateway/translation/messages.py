@@ -13,8 +13,8 @@ The stream, as the chat pieces arrive::
 Content after reasoning (or reasoning after content) stops one block and starts the next at
 the next index. An answer with no text still gets its (empty) text block. Chat's finish
 reasons become stop reasons: ``stop`` is ``end_turn``, ``length`` ``max_tokens``,
-``tool_calls`` ``tool_use``, ``content_filter`` ``refusal``. Where the upstream gave no usage,
-the output tokens are the text deltas counted.
+``content_filter`` ``refusal``, and ``tool_calls`` ``end_turn`` (the calls are not sent
+on). Where the upstream gave no usage, the output tokens are the text deltas counted.
 
 The translator keeps a few counts and the open block's index: nothing grows with the answer.
 """
@@ -35,11 +35,11 @@ _KEEPALIVE = EventKind.KEEPALIVE
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
     "content_filter": "refusal",
 }
-"""Chat's finish reasons as Messages' stop reasons (any other: ``end_turn``)."""
+"""Chat's finish reasons as Messages' stop reasons (any other: ``end_turn``). Chat's
+``tool_calls`` too is ``end_turn``: tool calls are not translated (a request with tools is
+refused), and ``tool_use`` would send a client's tool loop looking for blocks it never got."""
 
 
 class MessagesTranslator:
