@@ -127,6 +127,9 @@ def test_a_streamed_usages_details_reach_the_responses_usage() -> None:
     assert final.usage is not None
     assert final.usage.input_tokens_details.cached_tokens == 5  # (not a zero made up)
     assert final.usage.output_tokens_details.reasoning_tokens == 2
+    # Messages counts cached input apart: chat's prompt tokens include them
+    delta = translate("messages", reads)[-2]
+    assert delta["usage"] == {"output_tokens": 3, "input_tokens": 2, "cache_read_input_tokens": 5}
 
 
 def test_a_chat_stream_becomes_a_messages_stream() -> None:
@@ -288,6 +291,25 @@ COMPLETION = {
     ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
 }
+
+
+def test_a_whole_chat_completions_cached_input_is_counted_apart_in_a_message() -> None:
+    cached = {
+        **COMPLETION,
+        "usage": {**COMPLETION["usage"], "prompt_tokens_details": {"cached_tokens": 2}},
+    }
+    raw = whole_answer(
+        "messages", orjson.dumps(cached), "r1", model="m", created=5, request=REQUEST
+    )
+    message = anthropic.types.Message.model_validate_json(raw)
+    assert message.usage.input_tokens == 1
+    assert message.usage.cache_read_input_tokens == 2
+    assert message.usage.output_tokens == 4
+    raw = whole_answer(
+        "messages", orjson.dumps(COMPLETION), "r1", model="m", created=5, request=REQUEST
+    )
+    message = anthropic.types.Message.model_validate_json(raw)
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (3, None)
 
 
 def test_a_whole_chat_completion_becomes_a_response_and_a_message() -> None:

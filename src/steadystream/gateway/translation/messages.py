@@ -156,11 +156,7 @@ class MessagesTranslator:
         if not self._text_block:  # an answer with no text has an empty text block
             self._start_block(_CONTENT, out)
             self._stop_block(out)
-        output = count(self._usage, "completion_tokens")
-        usage: dict[str, Any] = {"output_tokens": output if output is not None else self._deltas}
-        prompt = count(self._usage, "prompt_tokens")
-        if prompt is not None:
-            usage["input_tokens"] = prompt
+        usage = message_usage(self._usage, self._deltas)
         delta = {"stop_reason": stop_reason(self._finish), "stop_sequence": None}
         out.append(_event("message_delta", delta=delta, usage=usage))
         out.append(_event("message_stop"))
@@ -169,6 +165,25 @@ class MessagesTranslator:
 def stop_reason(finish: str | None) -> str:
     """A chat finish reason as a Messages stop reason."""
     return STOP_REASONS.get(finish, "end_turn") if finish is not None else "end_turn"
+
+
+def message_usage(usage: dict[str, Any] | None, deltas: int | None) -> dict[str, Any]:
+    """A chat usage as a Messages usage: the output tokens (the ``deltas`` counted where the
+    upstream gave none), and the input tokens where given. Chat's prompt tokens include the
+    cached ones, Messages' input tokens do not: those are ``cache_read_input_tokens``."""
+    output = count(usage, "completion_tokens")
+    out: dict[str, Any] = {"output_tokens": output if output is not None else (deltas or 0)}
+    prompt = count(usage, "prompt_tokens")
+    if prompt is not None:
+        cached = count(usage, "cached_tokens", "prompt_tokens_details")
+        if cached is not None and 0 < cached <= prompt:
+            out["input_tokens"] = prompt - cached
+            out["cache_read_input_tokens"] = cached
+        else:
+            out["input_tokens"] = prompt
+    elif deltas is None:  # (a whole message's usage has its input tokens, 0 if unknown)
+        out["input_tokens"] = 0
+    return out
 
 
 def message_object(
@@ -197,10 +212,7 @@ def whole_message(answer: ChatAnswer, ident: str, *, model: str) -> dict[str, An
     if answer.reasoning:
         content.append({"type": "thinking", "thinking": answer.reasoning, "signature": ""})
     content.append({"type": "text", "text": answer.text})
-    usage = {
-        "input_tokens": count(answer.usage, "prompt_tokens") or 0,
-        "output_tokens": count(answer.usage, "completion_tokens") or 0,
-    }
+    usage = message_usage(answer.usage, None)
     return message_object(ident, model, content, stop_reason(answer.finish), usage)
 
 
