@@ -69,6 +69,24 @@ def test_objectives_parse_and_judge() -> None:
         Objective.parse("goodput=99%")
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("goodput>=150%", "a share from 0% to 100%"),  # no run could meet it
+        ("goodput>=-0.5", "a share from 0% to 100%"),  # every run would
+        ("goodput>=nan", "no number"),
+        ("unstable_share<=inf%", "no number"),
+        ("ttft_p95<=5%", "as a duration"),  # (it was read as 50 ms)
+        ("qoe_mean>=80%", "no share"),
+        ("stall_count<=-1", "is a count"),
+    ],
+)
+def test_an_objective_no_run_could_meet_or_fail_is_refused(text: str, needle: str) -> None:
+    with pytest.raises(SpecError, match="--slo") as refused:
+        Objective.parse(text)
+    assert needle in str(refused.value)
+
+
 @pytest.mark.asyncio
 async def test_a_list_finds_the_highest_load_below_the_first_miss() -> None:
     measure, asked = capacity_model(limit=4)

@@ -80,17 +80,24 @@ class Objective:
 
 def _objective_value(metric: str, raw: str, text: str) -> float:
     raw = raw.strip()
-    if raw.endswith("%"):
-        try:
-            return float(raw[:-1]) / 100
-        except ValueError:
-            raise SpecError(f"--slo: cannot read {raw!r} in {text!r}") from None
-    if FLEET_CATALOGUE[metric].unit == "seconds":
+    unit = FLEET_CATALOGUE[metric].unit
+    if unit == "seconds":
         return parse_duration(raw, name=f"--slo {text}") / 1e9
+    percent = raw.endswith("%")
+    if percent and unit != "share":
+        raise SpecError(f"--slo: {metric} is no share; {raw!r} in {text!r} cannot be a percent")
     try:
-        return float(raw)
+        value = float(raw[:-1]) / 100 if percent else float(raw)
     except ValueError:
         raise SpecError(f"--slo: cannot read {raw!r} in {text!r}") from None
+    if not math.isfinite(value):
+        raise SpecError(f"--slo: {raw!r} in {text!r} is no number")
+    if unit == "share" and not 0 <= value <= 1:
+        # (a bound no run can meet, or every run meets, would make the sweep meaningless)
+        raise SpecError(f"--slo: {metric} is a share from 0% to 100%; {raw!r} in {text!r}")
+    if unit == "count" and value < 0:
+        raise SpecError(f"--slo: {metric} is a count; {raw!r} in {text!r} is below 0")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
