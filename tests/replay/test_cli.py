@@ -35,6 +35,22 @@ def test_replay_refuses_a_run_with_nothing_to_play(tmp_path: Path) -> None:
     assert "no 'lab' timelines" in result.output
 
 
+def test_replay_says_its_run_was_cut_off_and_plays_its_complete_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[int] = []
+    monkeypatch.setattr(
+        "steadystream.replay.server.serve", lambda timelines, **_: served.append(len(timelines))
+    )
+    cut = tmp_path / "cut.jsonl"
+    whole = SAMPLE_RUN.read_bytes()
+    cut.write_bytes(whole + whole[:40])  # a recorder that crashed mid-line
+    result = CliRunner().invoke(app, ["replay", str(cut)])
+    assert result.exit_code == 0, result.output
+    assert "was cut off mid-record" in result.output
+    assert served == [whole.count(b"\n")]
+
+
 def test_glass_without_chromium_says_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,6 +100,22 @@ def test_whatif_json_names_the_best_pacer(run_file: Path) -> None:
     assert data["max_added_ttft_s"] == 0.05
 
 
+def test_whatif_says_a_file_was_cut_off_and_counts_its_complete_streams(
+    run_file: Path,
+) -> None:
+    # A recorder that crashed mid-line: the complete streams count, and the cut is said (in
+    # the table's output and in the JSON), as analyze, gate and report say it.
+    whole = run_file.read_bytes()
+    run_file.write_bytes(whole + whole[: len(whole) // 4])
+    result = runner.invoke(app, ["whatif", str(run_file), "-p", "flush"])
+    assert result.exit_code == 0, result.output
+    assert "line 3 was cut off mid-record" in result.output
+    result = runner.invoke(app, ["whatif", str(run_file), "-p", "flush", "--json"])
+    data = orjson.loads(result.output)
+    assert data["streams"] == 2
+    assert "line 3 was cut off" in data["notes"][0]
+
+
 def test_whatif_table_marks_the_best(run_file: Path) -> None:
     result = runner.invoke(
         app, ["whatif", str(run_file), "-p", "leaky:interval=20ms,capacity=40", "-p", "flush"]

@@ -45,17 +45,21 @@ def replay(
     A request gets the stream its X-Replay-Stream header names, else the next in turn; what
     it was played is at /replay/requests/{id}.
     """
+    from steadystream.bench.verdict import load_run
     from steadystream.cli._errors import exit_on_error
-    from steadystream.files import JsonlWriter, read_timelines
+    from steadystream.files import JsonlWriter
     from steadystream.lab.truth import RequestTruth
     from steadystream.replay import create_app, parse_injection
     from steadystream.replay.server import serve
 
     with exit_on_error():
         injections = [parse_injection(spec) for spec in inject]
-        timelines = read_timelines(run).timelines
+        loaded = load_run(run, required=False)  # (a note when its last line was cut off)
+        timelines = loaded.timelines
         # fail here, with a clear message, rather than inside uvicorn
         create_app(timelines, injections=injections, seed=seed, where=where, only=only)
+    if loaded.note is not None:
+        typer.echo(f"note: {loaded.note}")
     typer.echo(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
         f" seed {seed}, at http://{listen.host}:{listen.port}/v1"

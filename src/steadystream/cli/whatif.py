@@ -55,8 +55,9 @@ def whatif(
     json_output: JsonOutput,
 ) -> None:
     """Simulate pacers over every recorded stream: latency added, stutter removed, best pick."""
+    from steadystream.bench.verdict import load_runs
     from steadystream.cli._errors import exit_on_error
-    from steadystream.files import read_timelines, write_timelines
+    from steadystream.files import write_timelines
     from steadystream.shaping import PACERS, parse_spec
     from steadystream.shaping.whatif import what_if
 
@@ -64,7 +65,8 @@ def whatif(
     with exit_on_error():
         pacers = [parse_spec(spec) for spec in specs]
         fmt = None if file_format == "auto" else file_format
-        timelines = [t for path in files for t in read_timelines(path, format=fmt).timelines]
+        # (with a note for a file whose last line was cut off: its complete streams count)
+        timelines, notes = load_runs(files, format=fmt)
         result = what_if(
             timelines,
             pacers,
@@ -85,11 +87,14 @@ def whatif(
 
         data = result.to_dict()
         data["written"] = written
+        data["notes"] = notes
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return
     from steadystream.cli._console import console as stdout_console
 
     console = stdout_console()
+    for note in notes:
+        console.print(f"note: {note}", highlight=False)
     print_whatif(result, console)
     for name in written:
         console.print(f"paced timelines written to {name}", highlight=False)
