@@ -175,6 +175,22 @@ def test_aiperf_failed_record_with_null_metrics_is_read(tmp_path: Path) -> None:
     assert len(run.timelines[1]) == 0
 
 
+@pytest.mark.parametrize("metrics", [None, {}])
+def test_aiperf_record_with_no_metrics_and_no_error_is_no_complete_stream(
+    tmp_path: Path, metrics: Any
+) -> None:
+    # Nothing measured and nothing said: counted as a complete stream it would pass every
+    # latency bound with no token at all.
+    records = _lines("aiperf_profile_export.jsonl")
+    unmeasured = copy.deepcopy(records[1])
+    unmeasured["metrics"] = metrics
+    unmeasured["error"] = None
+    run = read_timelines(_jsonl(tmp_path / "profile_export.jsonl", [records[0], unmeasured]))
+    assert run.timelines[0].outcome == "complete"
+    assert run.timelines[1].outcome == "error"
+    assert "no metrics" in (run.timelines[1].error or "")
+
+
 def test_genai_perf_against_triton_generate_keeps_its_text_chunks(tmp_path: Path) -> None:
     # `genai-perf --endpoint-type generate`: each response is an SSE event of {"text_output"}.
     base = 1_795_870_000_000_000_000

@@ -134,6 +134,11 @@ def _record(record: dict[str, Any], fault: RecordFault, number: int) -> Timeline
             latency[0], "metrics.request_latency", scale=latency[1], unit="its unit"
         )
     outcome, error = _outcome(record, metadata)
+    if not metrics and outcome is Outcome.COMPLETE:
+        # No error and no metric at all: no request AIPerf measured. It writes none for a
+        # failed one, so such a record is no complete stream (it would count as one
+        # with no token, on time).
+        outcome, error = Outcome.ERROR, "the record has no metrics and no error: not measured"
     return request_timeline(
         stream_id=stream_id,
         times=times,
