@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -108,11 +108,13 @@ class _Section(BaseModel):
     def _no_true_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic takes true for 1 and false for 0 where a number is asked: `port: true`
         # or `max_attempts: yes` is a slip, never meant as 1.
-        if isinstance(value, bool) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
-            kinds = get_args(annotation) or (annotation,)
-            if (int in kinds or float in kinds) and bool not in kinds:
-                raise ValueError(f"a number, not {str(value).lower()}")
+        # (A union, such as server.workers' number or auto, says so in its own words.)
+        if (
+            isinstance(value, bool)
+            and info.field_name is not None
+            and cls.model_fields[info.field_name].annotation in (int, float)
+        ):
+            raise ValueError(f"a number, not {str(value).lower()}")
         return value
 
 
