@@ -178,30 +178,25 @@ class RedisStore:
         if source is not None:
             # What the log holds and Redis does not, now: the memory store may let go of an
             # ended stream's events (to make room) before the next batch.
-            self._take(stream_id, source, queue=True)
+            self._take(stream_id, source)
         if stream_id not in self._broken:
             self._queue(("end", stream_id, next_id, how), 64)
 
-    def _take(self, stream_id: str, source: _Source, *, queue: bool) -> tuple[Any, ...] | None:
-        """The events of ``source``'s log not yet taken, as an append (queued, with
-        ``queue``); None when there are none, or the log let go of them (then the stream is
-        unresumable here too, for the same reason)."""
+    def _take(self, stream_id: str, source: _Source) -> None:
+        """Queue the events of an ended stream's log not yet taken (if the log let go of
+        them, the stream is unresumable here too, for the same reason)."""
         log = source.log
         taken = source.taken
         if log.gone is not None:
-            self._sources.pop(stream_id, None)
             self._break(stream_id, log.gone.reason)
-            return None
+            return
         events = log.events
         count = len(events)
         if count <= taken or stream_id in self._broken:
-            return None
+            return
         fresh = events[taken:count]
         source.taken = count
-        command = ("append", stream_id, taken + 1, fresh)
-        if queue:
-            self._queue(command, sum(map(len, fresh)))
-        return command
+        self._queue(("append", stream_id, taken + 1, fresh), sum(map(len, fresh)))
 
     def alias(self, name: str, stream_id: str) -> None:
         self._queue(("alias", name, stream_id), 64)
