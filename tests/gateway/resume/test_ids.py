@@ -33,6 +33,19 @@ def test_every_line_ending_sse_allows_is_understood(build: str) -> None:
     assert [(i.data, i.id) for i in items] == [("a", "1"), ("b", "2"), ("c", "3")]
 
 
+def test_an_event_of_many_crlf_lines_stays_one_event(build: str) -> None:
+    # A CRLF between two lines of one event is one line end, not a blank line (CR, LF): an
+    # upstream that ends its lines so (Anthropic's SDK servers may) keeps its event types.
+    data = b'event: message_start\r\ndata: {"a":1}\r\n\r\nevent: ping\r\ndata: {}\r\n\n'
+    stamped, events = stamp_events(data, 1)
+    assert len(events) == 2
+    items = [i for i in new_decoder().feed(stamped) if isinstance(i, SseEvent)]
+    assert [(i.event, i.data, i.id) for i in items] == [
+        ("message_start", '{"a":1}', "1"),
+        ("ping", "{}", "2"),
+    ]
+
+
 def test_comments_pass_without_an_id_and_are_not_kept(build: str) -> None:
     data = b": keepalive\n\ndata: x\n\n: one\n: two\n\n"
     stamped, events = stamp_events(data, 1)

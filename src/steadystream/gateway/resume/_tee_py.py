@@ -32,8 +32,10 @@ from steadystream.gateway.resume.gone import StreamGone
 
 __all__ = ["EventKeeper", "StreamLog", "StreamTee", "stamp_events"]
 
-# The blank line that ends an event: two line ends, each CRLF, LF or CR.
-_EVENT_END = re.compile(rb"(\r\n|\r|\n)(?:\r\n|\r|\n)")
+# The blank line that ends an event: two line ends, each CRLF, LF or CR. A CR followed by
+# an LF is one line end, never two (CR, then LF): the first is a lone CR only when no LF
+# follows it, or the CRLF between two lines of one event would read as a blank line.
+_EVENT_END = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
 _COLON = 58  # ":": a line that starts with it is a comment
 _LF = 10
 
