@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -227,3 +229,88 @@ async def test_events_of_any_bytes_and_sizes_reach_redis_exactly(
     entries = _entries(redis_server, "s4")
     assert [number for number, _ in entries] == [1, 2, 3, 4, 5, 6]
     assert [fields[b"d"] for _, fields in entries[:5]] == events
+
+
+def _ttl_ms(server: RedisServer, key: str) -> int:
+    client = redis.Redis.from_url(server.url)
+    try:
+        return int(client.pttl(key))  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+@pytest.mark.asyncio
+async def test_a_streams_events_key_expires_from_its_first_event(
+    redis_server: RedisServer,
+) -> None:
+    # Opened in one batch, its first events in a later one: a gateway that died before the
+    # key's first refresh (a quarter of the TTL later) left a key that never expired.
+    store = _store(redis_server, ttl="20s")
+    log = StreamLog(1 << 20)
+    try:
+        store.opened(StreamInfo("s5", "chat", "t"), log)
+        await _until(lambda: _meta(redis_server, "s5") != {})
+        log.keep(b"data: a\nid: 1\n\n")
+        await _until(lambda: len(_entries(redis_server, "s5")) == 1)
+        assert 0 < _ttl_ms(redis_server, "ss:s5:e") <= 20_000
+        store.opened(StreamInfo("s6", "chat", "t"), (several := StreamLog(1 << 20)))
+        several.add([b"data: a\nid: 1\n\n", b"data: b\nid: 2\n\n"], 30)  # (as one operation)
+        await _until(lambda: len(_entries(redis_server, "s6")) == 2)
+        assert 0 < _ttl_ms(redis_server, "ss:s6:e") <= 20_000
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_streams_ending_together_go_to_redis_in_calls_within_the_bound(
+    redis_server: RedisServer,
+) -> None:
+    # Each ending stream queues what its log holds; together they went out as one call of
+    # many times the bound, holding Redis (and every replica's readers) as long.
+    store = _store(redis_server, max_stream_bytes="4KiB")  # a batch's bound: 64 KiB
+    calls: list[int] = []
+    write = store._write
+
+    async def measured(keys: list[str], args: list[Any]) -> Any:
+        calls.append(len(args[1]))
+        return await write(keys=keys, args=args)
+
+    store._write = measured
+    event = b"data: " + b"x" * 3_000 + b"\nid: %d\n\n"
+    try:
+        logs = [StreamLog(1 << 20) for _ in range(40)]
+        for number, log in enumerate(logs):
+            store.opened(StreamInfo(f"e{number}", "chat", "t"), log)
+        await _until(lambda: bool(calls))
+        for number, log in enumerate(logs):
+            log.keep(event % 1)
+            store.ended(f"e{number}", "complete", 2)
+        await _until(lambda: all(len(_entries(redis_server, f"e{n}")) == 2 for n in range(40)))
+    finally:
+        await store.close()
+    assert sum(calls) > 40 * 3_000
+    assert max(calls) < 64 * 1024 + 8 * 1024  # (the bound, and the last command it took)
+    assert all(_entries(redis_server, f"e{n}")[0][1][b"d"] == event % 1 for n in range(40))
+
+
+@pytest.mark.asyncio
+async def test_after_redis_comes_back_the_marks_of_lost_streams_are_written(
+    tmp_path: Path,
+) -> None:
+    # Every stream broken while Redis was down: their "unresumable" marks waited in the
+    # queue, and nothing woke the writer to send them. A reader elsewhere waited on a stream
+    # that never ended; /healthz said down until the next stream started.
+    server = RedisServer(tmp_path)
+    store = _store(server)  # (Redis not started yet: the first batch is lost)
+    log = StreamLog(1 << 20)
+    try:
+        store.opened(StreamInfo("s7", "chat", "t"), log)
+        log.keep(b"data: a\nid: 1\n\n")
+        await _until(lambda: not store.up)
+        store.ended("s7", "complete", 2)
+        server.start()
+        await _until(lambda: store.up, timeout_s=10)
+        await _until(lambda: _meta(server, "s7").get(b"gone") == b"unresumable")
+    finally:
+        await store.close()
+        server.stop()

@@ -238,6 +238,8 @@ class RedisStore:
             await self._quiet_moment()
             wake.clear()
             batch = self._batch()
+            if self._pending:
+                wake.set()  # (what the batch's bound left for the next one)
             if not batch:
                 continue
             if self.clock.now_ns() < self._retry_at:
@@ -318,7 +320,18 @@ class RedisStore:
                 room -= len(encoded)
             log.tell_news(self._news, source)
         if opens < len(queued):
-            batch += [command for command in queued if command[0] != "open"]
+            # The rest of the queue in its order, up to the bound too: many streams that end
+            # together queue what their logs held, and one call past the bound would hold
+            # Redis (every replica's readers) for as long. The rest waits for the next call.
+            rest = [command for command in queued if command[0] != "open"]
+            for at, command in enumerate(rest):
+                if room <= 0:
+                    left = rest[at:]
+                    self._pending[:0] = left
+                    self._pending_bytes += sum(map(_queued_size, left))
+                    break
+                batch.append(command)
+                room -= _queued_size(command)
         return batch
 
     async def _send(self, batch: list[tuple[Any, ...]]) -> None:
@@ -376,7 +389,9 @@ class RedisStore:
         for command in batch:
             kind = command[0]
             if kind == "gone":
-                self._pending.append(command)
+                # (Queued, which wakes the writer: with every stream broken nothing else
+                # would, and a reader elsewhere would wait on a stream that never ends.)
+                self._queue(command, 64)
             elif kind in ("append", "encoded", "open", "end"):
                 self._break(command[1].stream_id if kind == "open" else command[1], "unresumable")
 
@@ -604,7 +619,9 @@ class RedisStore:
 # line "OP NAME NUMBER LENGTH" and LENGTH bytes: a(ppend) stream event-id event, A(ppend
 # many) stream first-event-id "[size, ...]<LF>" and the events, r(efresh) stream, o(pen)
 # stream 0 "route<TAB>tenant", e(nd) stream last-id how, g(one) stream 0 reason, l (alias)
-# name 0 stream. (Keys are built here: one Redis, not a cluster.)
+# name 0 stream. (Keys are built here: one Redis, not a cluster.) A stream's events key
+# expires from its first event on: a gateway that dies before the key's first refresh
+# leaves nothing behind for good.
 _WRITE = """
 local ttl = tonumber(ARGV[1])
 local blob = ARGV[2]
@@ -620,6 +637,7 @@ while pos <= size do
   local meta = 'ss:' .. s .. ':m'
   if op == 'a' then
     redis.call('XADD', events, '0-' .. num, 'd', payload)
+    if num == '1' then redis.call('PEXPIRE', events, ttl) end
   elseif op == 'A' then
     local listed = string.find(payload, '\\n', 1, true)
     local at = listed + 1
@@ -631,6 +649,7 @@ while pos <= size do
       at = at + n
       id = id + 1
     end
+    if num == '1' then redis.call('PEXPIRE', events, ttl) end
   elseif op == 'r' then
     redis.call('PEXPIRE', events, ttl)
     redis.call('PEXPIRE', meta, ttl)
@@ -680,6 +699,11 @@ class _Source:
         self.name = stream_id.encode()
         self.log = log
         self.taken = 0  # its events taken for Redis so far (the log's first ``taken``)
+
+
+def _queued_size(command: tuple[Any, ...]) -> int:
+    """What a queued command counts against a batch's bound."""
+    return sum(map(len, command[3])) if command[0] == "append" else 64
 
 
 def _appended(name: bytes, first_id: int, events: list[bytes], start: int, stop: int) -> bytes:
