@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,34 @@ async def test_after_redis_comes_back_the_marks_of_lost_streams_are_written(
         server.start()
         await _until(lambda: store.up, timeout_s=10)
         await _until(lambda: _meta(server, "s7").get(b"gone") == b"unresumable")
+    finally:
+        await store.close()
+        server.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_batch_redis_dropped_mid_call_is_sent_again_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    # A restart closes the connection a batch was sent on before its answer came: the
+    # batch failed, and its streams were made unresumable, with Redis up again at once.
+    server = RedisServer(tmp_path).start()
+    store = _store(server)
+    log = StreamLog(1 << 20)
+    try:
+        store.opened(StreamInfo("s8", "chat", "t"), log)
+        log.keep(b"data: a\nid: 1\n\n")
+        await _until(lambda: len(_entries(server, "s8")) == 1)
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)  # the next batch waits for its answer
+        log.keep(b"data: b\nid: 2\n\n")
+        await asyncio.sleep(0.2)
+        server.process.kill()  # the connection closes under the waiting batch
+        server.process.wait()
+        server.start()
+        await _until(lambda: len(_entries(server, "s8")) == 1)  # (event 2, on a new Redis)
+        assert store.up
+        assert "s8" not in store._broken
     finally:
         await store.close()
         server.stop()

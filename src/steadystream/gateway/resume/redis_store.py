@@ -124,6 +124,11 @@ class RedisStore:
                 max_connections=256,
                 timeout=_COMMAND_S,
                 socket_connect_timeout=_CONNECT_S,
+                # A pooled connection Redis closed (a restart) fails its next command at
+                # once: that command is sent again, once, on a new connection, rather than
+                # failing the streams in it while Redis is up. (Safe for the writer's
+                # script: an event sent twice is refused by XADD, never stored twice.)
+                retry_on_error=[redis.ConnectionError],
             )
             client = redis.Redis(connection_pool=pool)
         self._redis: Any = client
