@@ -59,6 +59,7 @@ def test_durations_and_sizes_as_people_write_them() -> None:
         (config(server={"port": True}), ["server.port", "a number, not true"]),
         (config(failover={"max_attempts": False}), ["failover.max_attempts", "not false"]),
         ({"upstreams": [{**UPSTREAM, "priority": True}]}, ["upstreams.0.priority", "not true"]),
+        (config(failover={"retry_statuses": [True, 502]}), ["retry_statuses", "true or false"]),
         (
             {"upstreams": [{**UPSTREAM, "chat_continuation": "magic"}]},
             ["chat_continuation", "'vllm'", "'prefix'", "'none'"],

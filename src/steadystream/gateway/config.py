@@ -100,6 +100,9 @@ Size = Annotated[int, BeforeValidator(_size)]
 """Bytes, written as a count or ``64KiB``, ``1MiB``."""
 
 
+_NUMBER_LISTS = (tuple[int, ...], tuple[float, ...], list[int], list[float])
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,12 +112,17 @@ class _Section(BaseModel):
         # pydantic takes true for 1 and false for 0 where a number is asked: `port: true`
         # or `max_attempts: yes` is a slip, never meant as 1.
         # (A union, such as server.workers' number or auto, says so in its own words.)
-        if (
-            isinstance(value, bool)
-            and info.field_name is not None
-            and cls.model_fields[info.field_name].annotation in (int, float)
-        ):
+        if info.field_name is None:
+            return value
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, bool) and annotation in (int, float):
             raise ValueError(f"a number, not {str(value).lower()}")
+        if (
+            isinstance(value, (list, tuple))
+            and annotation in _NUMBER_LISTS
+            and any(isinstance(item, bool) for item in value)
+        ):
+            raise ValueError("a list of numbers, not of true or false")
         return value
 
 
