@@ -52,7 +52,11 @@ __all__ = [
 T = TypeVar("T")
 
 LAST_EVENT_ID = "last-event-id"
-_JOIN_WAIT_NS = 500_000_000
+# How long a stream a shared store does not know yet is looked for: its first writes go in a
+# batch (25 ms, then a quiet moment of its loop, 75 ms at most), and a loaded gateway's
+# batch can take a second more; as long as a reader may be ahead of Redis (redis_store).
+_JOIN_WAIT_NS = 2_000_000_000
+_JOIN_POLL_NS = 100_000_000
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 _EVENT_END = re.compile(rb"id: \d+(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
 _SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -339,7 +343,7 @@ async def join(
 
 
 async def _info_soon(state: GatewayState, hub: StreamHub, stream_id: str) -> StreamInfo | None:
-    """The stream, looked for again for up to half a second while the shared store does not
+    """The stream, looked for again for up to two seconds while the shared store does not
     know it: its first writes go in a batch, after its first events reached their client
     (who may come back through another replica at once)."""
     return await _soon(state, hub, lambda: hub.info(stream_id))
@@ -348,7 +352,7 @@ async def _info_soon(state: GatewayState, hub: StreamHub, stream_id: str) -> Str
 async def _soon(
     state: GatewayState, hub: StreamHub, look: Callable[[], Awaitable[T | None]]
 ) -> T | None:
-    """``look()``, again for up to half a second while it finds nothing and a shared store
+    """``look()``, again for up to two seconds while it finds nothing and a shared store
     may not have the stream's first batch yet (:func:`_info_soon`)."""
     found = await look()
     if found is not None or hub.shared is None:
@@ -356,7 +360,7 @@ async def _soon(
     clock = state.clock
     deadline = clock.now_ns() + _JOIN_WAIT_NS
     while (found := await look()) is None and clock.now_ns() < deadline:
-        await clock.sleep_until(clock.now_ns() + _JOIN_WAIT_NS // 10)
+        await clock.sleep_until(clock.now_ns() + _JOIN_POLL_NS)
     return found
 
 
