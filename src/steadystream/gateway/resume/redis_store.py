@@ -32,10 +32,12 @@ stream's end what its log holds and Redis does not yet is queued at once, before
 nothing the memory store lets go of later is missed. A stream the memory store does not keep
 (``resume.max_streams`` streams all running) has its events handed here read by read
 (:meth:`RedisStore.append`), queued, and sent the same way.
-Each batch is bounded (``resume.max_stream_bytes`` times 16: what logs hold past it waits for
-the next batch; handed events past it make their stream unresumable). When Redis does not
-answer, the streams of the lost writes go on *unresumable* (their readers get 410, never a
-gap): said in the log, ``steadystream_resume_store_up`` and ``/healthz``. Nothing else fails.
+Each batch is bounded (``resume.max_stream_bytes`` times 16: what logs hold past it, and what
+ended streams queued past it, waits for the next batch; handed events past it make their
+stream unresumable). When Redis does not answer, the streams of the lost writes go on
+*unresumable* (their readers get 410, never a gap): said in the log,
+``steadystream_resume_store_up`` and ``/healthz``. Nothing else fails. A command whose
+connection Redis closed under it (a restart) is sent once more, on a new connection.
 Tried again at most once a second while Redis is down.
 """
 
