@@ -332,8 +332,16 @@ async def test_a_batch_redis_dropped_mid_call_is_sent_again_once_it_is_back(
         await _until(lambda: len(_entries(server, "s8")) == 1)
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)  # the next batch waits for its answer
+        sent: list[int] = []
+        write = store._write
+
+        async def noted(keys: list[str], args: list[Any]) -> Any:
+            sent.append(len(args[1]))
+            return await write(keys=keys, args=args)
+
+        store._write = noted
         log.keep(b"data: b\nid: 2\n\n")
-        await asyncio.sleep(0.2)
+        await _until(lambda: bool(sent))  # (the batch is out, its answer awaited)
         server.process.kill()  # the connection closes under the waiting batch
         server.process.wait()
         server.start()

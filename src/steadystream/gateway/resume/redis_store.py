@@ -190,20 +190,26 @@ class RedisStore:
             self._queue(("end", stream_id, next_id, how), 64)
 
     def _take(self, stream_id: str, source: _Source) -> None:
-        """Queue the events of an ended stream's log not yet taken (if the log let go of
-        them, the stream is unresumable here too, for the same reason)."""
+        """Queue the events of an ended stream's log not yet taken."""
+        encoded = self._new_events(stream_id, source)
+        if encoded is not None:
+            self._queue(("encoded", stream_id, encoded), len(encoded))
+
+    def _new_events(self, stream_id: str, source: _Source) -> bytes | None:
+        """The operation that appends what ``source``'s log holds and Redis does not (the
+        events of one stream as one operation); None when there is nothing, or when the log
+        let go of its events (then the stream is unresumable here too, for the same reason)."""
         log = source.log
-        taken = source.taken
         if log.gone is not None:
             self._break(stream_id, log.gone.reason)
-            return
+            return None
         events = log.events
         count = len(events)
+        taken = source.taken
         if count <= taken or stream_id in self._broken:
-            return
-        fresh = events[taken:count]
+            return None
         source.taken = count
-        self._queue(("append", stream_id, taken + 1, fresh), sum(map(len, fresh)))
+        return _appended(source.name, taken + 1, events, taken, count)
 
     def alias(self, name: str, stream_id: str) -> None:
         self._queue(("alias", name, stream_id), 64)
@@ -292,7 +298,6 @@ class RedisStore:
         news = self._news[:]
         self._news.clear()
         sources = self._sources
-        broken = self._broken
         now = self.clock.now_ns()
         refresh = now - self.ttl_ms * 250_000  # a quarter of the TTL ago
         refreshed = self._refreshed
@@ -303,29 +308,15 @@ class RedisStore:
             if room <= 0:
                 self._news += news[at:]  # (the next batch's)
                 break
-            log = source.log
-            if log.gone is not None:
-                del sources[stream_id]
-                self._break(stream_id, log.gone.reason)
-                continue
-            events = log.events
-            count = len(events)
-            taken = source.taken
-            if count > taken and stream_id not in broken:
-                # (Encoded here, the events of one stream as one operation: most batches
-                # bring a stream one event, and this is the writer's cost per event.)
-                source.taken = count
-                if count - taken == 1:  # (_appended, without the call)
-                    event = events[taken]
-                    encoded = b"a %s %d %d\n%s" % (source.name, count, len(event), event)
-                else:
-                    encoded = _appended(source.name, taken + 1, events, taken, count)
+            encoded = self._new_events(stream_id, source)
+            if encoded is not None:
                 if refreshed.get(stream_id, 0) < refresh:
                     refreshed[stream_id] = now
                     encoded += b"r %s 0 0\n" % source.name
                 batch.append(("encoded", stream_id, encoded))
                 room -= len(encoded)
-            log.tell_news(self._news, source)
+            if stream_id in sources:  # (not if the log let go: unresumable)
+                source.log.tell_news(self._news, source)
         if opens < len(queued):
             # The rest of the queue in its order, up to the bound too: many streams that end
             # together queue what their logs held, and one call past the bound would hold
@@ -710,7 +701,10 @@ class _Source:
 
 def _queued_size(command: tuple[Any, ...]) -> int:
     """What a queued command counts against a batch's bound."""
-    return sum(map(len, command[3])) if command[0] == "append" else 64
+    kind = command[0]
+    if kind == "append":
+        return sum(map(len, command[3]))
+    return len(command[2]) if kind == "encoded" else 64
 
 
 def _appended(name: bytes, first_id: int, events: list[bytes], start: int, stop: int) -> bytes:
