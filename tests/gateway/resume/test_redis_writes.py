@@ -1,5 +1,6 @@
-"""What the Redis store writes, and when: a stream's events read from its log in this process,
-or handed read by read when this process does not keep it; in order, ends after events.
+"""What the Redis store writes (gateway/resume/redis_writes.py), and when: a stream's events
+read from its log in this process, or handed read by read when this process does not keep
+it; in order, ends after events.
 
 Each test starts its own ``redis-server`` (conftest.py) and drives the store on a real loop.
 """
@@ -194,7 +195,7 @@ async def test_a_batch_waits_for_a_quiet_pass_of_the_loop_but_not_long(
         logging.getLogger("test"),
     )
     asyncio.get_running_loop().call_soon(clock.busy, busy_passes)
-    await store._quiet_moment()
+    await store.writes._quiet_moment()
     assert clock.now == waited_ms * 1_000_000
     await store.close()
 
@@ -270,13 +271,13 @@ async def test_streams_ending_together_go_to_redis_in_calls_within_the_bound(
     # many times the bound, holding Redis (and every replica's readers) as long.
     store = _store(redis_server, max_stream_bytes="4KiB")  # a batch's bound: 64 KiB
     calls: list[int] = []
-    write = store._write
+    write = store.writes._write
 
     async def measured(keys: list[str], args: list[Any]) -> Any:
         calls.append(len(args[1]))
         return await write(keys=keys, args=args)
 
-    store._write = measured
+    store.writes._write = measured
     event = b"data: " + b"x" * 3_000 + b"\nid: %d\n\n"
     try:
         logs = [StreamLog(1 << 20) for _ in range(40)]
@@ -333,13 +334,13 @@ async def test_a_batch_redis_dropped_mid_call_is_sent_again_once_it_is_back(
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)  # the next batch waits for its answer
         sent: list[int] = []
-        write = store._write
+        write = store.writes._write
 
         async def noted(keys: list[str], args: list[Any]) -> Any:
             sent.append(len(args[1]))
             return await write(keys=keys, args=args)
 
-        store._write = noted
+        store.writes._write = noted
         log.keep(b"data: b\nid: 2\n\n")
         await _until(lambda: bool(sent))  # (the batch is out, its answer awaited)
         server.process.kill()  # the connection closes under the waiting batch
@@ -347,7 +348,7 @@ async def test_a_batch_redis_dropped_mid_call_is_sent_again_once_it_is_back(
         server.start()
         await _until(lambda: len(_entries(server, "s8")) == 1)  # (event 2, on a new Redis)
         assert store.up
-        assert "s8" not in store._broken
+        assert "s8" not in store.writes._broken
     finally:
         await store.close()
         server.stop()
