@@ -204,6 +204,15 @@ MALFORMED = {
     "string time": ({"times": [0, "1", 2, 3, 4]}, "times", "times must be a list of integers"),
     "times not a list": ({"times": "0,1"}, "times", "times must be a list of integers, not str"),
     "times go back": ({"times": [0, 5, 4, 6, 7]}, "times", "times must not decrease"),
+    "negative time": (
+        {"times": [-3, 5, 5, 6, 7]},
+        "times",
+        "times must not be negative (they count from the request sent): event 0 at -3 ns",
+    ),
+    "negative header": ({"header_ns": -1}, "header_ns", "header_ns must not be negative"),
+    "negative end": ({"end_ns": -10}, "end_ns", "end_ns must not be negative"),
+    "negative usage": ({"usage": {"total_tokens": -4}}, "usage", "integers from 0"),
+    "boolean usage": ({"usage": {"total_tokens": True}}, "usage", "integers from 0"),
     "short kinds": ({"kinds": "rccc"}, "kinds", "kinds has 4 letters, times has 5"),
     "unknown kind": ({"kinds": "rcxcu"}, "kinds", "unknown kind letter 'x' at event 2"),
     "non-ascii kind": ({"kinds": "rcécu"}, "kinds", "unknown kind letter 'é'"),
@@ -359,6 +368,27 @@ def test_writer_refuses_what_a_reader_would_reject(tmp_path: Path) -> None:
         writer.write(bare_stream("ok"))
         with pytest.raises(InputError, match="'back' cannot be written: times must not"):
             writer.write(backwards)
+    assert [t.stream_id for t in read_jsonl(path).timelines] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"times": np.array([-5, 4, 6], dtype=np.int64)}, "times must not be negative"),
+        ({"header_ns": -2}, "header_ns must not be negative"),
+        ({"first_byte_ns": -2}, "first_byte_ns must not be negative"),
+        ({"usage": {"completion_tokens": -1}}, "usage must map names to integers from 0"),
+    ],
+    ids=["time", "header", "first byte", "usage"],
+)
+def test_writer_refuses_negative_times_and_counts(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "run.jsonl"
+    with JsonlWriter(path) as writer:
+        writer.write(bare_stream("ok"))
+        with pytest.raises(InputError, match=f"'bad' cannot be written: {message}"):
+            writer.write(bare_stream("bad").replace(**changes))
     assert [t.stream_id for t in read_jsonl(path).timelines] == ["ok"]
 
 

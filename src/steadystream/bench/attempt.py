@@ -149,6 +149,11 @@ class AttemptState:
             self.late_stamps.add(stamp - self.sent_ns)
 
     def response_headers(self, now_ns: int, status: int) -> None:
+        if self.recorder is None and self.wire_ns is not None and now_ns < self.wire_ns:
+            # The head's (kernel) stamp is before the clock was read after the send returned
+            # (the loop or the GIL held this task between the two): the request was on the
+            # wire by then, and no time in the timeline may come before it was sent.
+            self.wire_ns = now_ns
         self.start_recording().headers(now_ns)
         self.status = status
 

@@ -138,6 +138,18 @@ def array_fault(
             event = at - (int(ends[stream]) - lengths[stream])
             back_step = f"event {event} at {times[at]} ns follows {times[at - 1]} ns"
             return stream, "times", f"times must not decrease: {back_step}"
+    if times.size and times.min() < 0:  # (times do not decrease: a stream's first is its least)
+        at = int(np.argmax(times < 0))
+        stream = int(np.searchsorted(ends, at, side="right"))
+        event = at - (int(ends[stream]) - lengths[stream])
+        return (
+            stream,
+            "times",
+            (
+                f"times must not be negative (they count from the request sent): "
+                f"event {event} at {times[at]} ns"
+            ),
+        )
     for name, array in counts.items():
         if array.size and (array.min() < 0 or array.max() > INT32_MAX):
             at = int(np.argmax((array < 0) | (array > INT32_MAX)))

@@ -118,7 +118,11 @@ def _value_fault(t: Timeline, keep_text: bool) -> str | None:
     if not _is_str_map(t.labels):
         return "labels must map names to strings"
     if t.usage is not None and not _is_int_map(t.usage):
-        return "usage must map names to integers"
+        return "usage must map names to integers from 0"
+    for key in ("header_ns", "first_byte_ns", "end_ns"):
+        value = getattr(t, key)
+        if value is not None and value < 0:
+            return f"{key} must not be negative (it counts from the request sent)"
     if keep_text and t.texts is not None and not all(type(s) is str for s in t.texts):
         return "texts must be strings"
     for name, notes in t.annotations.items():
@@ -261,6 +265,8 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
         value = get(key)
         if value is not None and type(value) is not int:
             _fail_type(value, key, "an integer of nanoseconds or null", path, line)
+        if value is not None and value < 0:
+            _fail(f"{key} must not be negative (it counts from the request sent)", path, line, key)
         fields[key] = value
     error = get("error")
     if error is not None and type(error) is not str:
@@ -273,7 +279,7 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
         fields["labels"] = labels
     usage = get("usage")
     if usage is not None and not _is_int_map(usage):
-        _fail("usage must be an object of integers or null", path, line, "usage")
+        _fail("usage must be an object of integers from 0, or null", path, line, "usage")
     fields["usage"] = usage
     texts = get("texts")
     if texts is not None:
@@ -346,7 +352,8 @@ def _is_str_map(value: Any) -> bool:
 
 
 def _is_int_map(value: Any) -> bool:
-    return type(value) is dict and all(type(v) is int for v in value.values())
+    """An object of counts: integers from 0 (a usage)."""
+    return type(value) is dict and all(type(v) is int and v >= 0 for v in value.values())
 
 
 def _fail(message: str, path: str, line: int | None, field: str | None) -> NoReturn:

@@ -346,4 +346,3 @@ def _held(path: Path) -> bool:
     finally:
         os.close(fd)  # (which also lets go of the lock, if it was taken)
     return False
-    return True
