@@ -24,6 +24,7 @@ __all__ = [
     "COUNT_FIELDS",
     "EVENT_LISTS",
     "INT32_MAX",
+    "SKEW_NS",
     "array_fault",
     "assemble",
     "concat",
@@ -36,6 +37,11 @@ COUNT_FIELDS = ("tokens", "wire_bytes", "text_bytes")
 """The int32 event arrays, besides ``times`` and ``kinds``."""
 
 INT32_MAX = 2**31 - 1
+# How far before the request sent a reader takes a time as written: no time can be earlier,
+# and writers refuse one, but earlier bench versions read the clock after the send returned
+# and could stamp an answer's head (a kernel stamp) a few microseconds before it. Files
+# they wrote must still read.
+SKEW_NS = 1_000_000
 _EMPTY_INT64 = np.empty(0, dtype=np.int64)
 
 # Kind value -> ASCII letter (writing) and ASCII byte -> kind value, 255 for unknown (reading).
@@ -96,7 +102,7 @@ def assemble(
     ``times`` and ``counts`` hold the block's streams one after another; ``lines`` gives the
     line (or Parquet row) of each stream for error messages.
     """
-    fault = array_fault(lengths, times, counts)
+    fault = array_fault(lengths, times, counts, least_ns=-SKEW_NS)
     if fault is not None:
         index, field, message = fault
         raise TimelineFormatError(message, path=path, line=lines[index], field=field)
@@ -124,9 +130,16 @@ def assemble(
 
 
 def array_fault(
-    lengths: list[int], times: npt.NDArray[Any], counts: Mapping[str, npt.NDArray[Any]]
+    lengths: list[int],
+    times: npt.NDArray[Any],
+    counts: Mapping[str, npt.NDArray[Any]],
+    *,
+    least_ns: int = 0,
 ) -> tuple[int, str, str] | None:
-    """The first stream of a block a reader must reject: (index in block, field, message)."""
+    """The first stream of a block a reader must reject: (index in block, field, message).
+
+    A time below ``least_ns`` is one before the request was sent (readers pass
+    ``-SKEW_NS``, see there; writers 0)."""
     ends = np.cumsum(lengths)
     if times.size > 1:
         back = times[1:] < times[:-1]
@@ -138,8 +151,8 @@ def array_fault(
             event = at - (int(ends[stream]) - lengths[stream])
             back_step = f"event {event} at {times[at]} ns follows {times[at - 1]} ns"
             return stream, "times", f"times must not decrease: {back_step}"
-    if times.size and times.min() < 0:  # (times do not decrease: a stream's first is its least)
-        at = int(np.argmax(times < 0))
+    if times.size and times.min() < least_ns:  # (times do not decrease: a first is its least)
+        at = int(np.argmax(times < least_ns))
         stream = int(np.searchsorted(ends, at, side="right"))
         event = at - (int(ends[stream]) - lengths[stream])
         return (

@@ -24,6 +24,7 @@ from steadystream.files._blocks import (
     COUNT_FIELDS,
     EVENT_LISTS,
     INT32_MAX,
+    SKEW_NS,
     array_fault,
     assemble,
     concat,
@@ -196,6 +197,8 @@ def decode_lines(lines: list[bytes], first: int, path: str) -> list[Timeline]:
             text_bytes.append(pack_counts(*event_text))
         except struct.error:
             _integer_fault(record, path, number)
+        if (b"true" in line or b"false" in line) and _has_bool(record):  # (struct packs them)
+            _integer_fault(record, path, number)
         fields.append(stream_fields(record, n, path, number))
         lengths.append(n)
         numbers.append(number)
@@ -226,11 +229,16 @@ def _shape_fault(record: dict[str, Any], path: str, line: int) -> NoReturn:
     _fail(f"kinds has {len(letters)} letters, times has {n}", path, line, "kinds")
 
 
+def _has_bool(record: dict[str, Any]) -> bool:
+    """Whether an event list holds ``true`` or ``false`` (which ``struct`` packs as 1 and 0)."""
+    return any(type(v) is bool for name in EVENT_LISTS for v in record[name])
+
+
 def _integer_fault(record: dict[str, Any], path: str, line: int) -> NoReturn:
     """Say which event list holds something other than an integer of its size."""
     for name in EVENT_LISTS:
         values = record[name]
-        if not all(type(v) is int or type(v) is bool for v in values):
+        if not all(type(v) is int for v in values):
             _fail(f"{name} must be a list of integers", path, line, name)
         limit = 2**63 if name == "times" else INT32_MAX + 1
         if any(v >= limit or v < -limit for v in values):
@@ -265,7 +273,7 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
         value = get(key)
         if value is not None and type(value) is not int:
             _fail_type(value, key, "an integer of nanoseconds or null", path, line)
-        if value is not None and value < 0:
+        if value is not None and value < -SKEW_NS:
             _fail(f"{key} must not be negative (it counts from the request sent)", path, line, key)
         fields[key] = value
     error = get("error")
