@@ -467,3 +467,21 @@ def test_missing_file_and_unknown_suffix(tmp_path: Path) -> None:
         read_jsonl(tmp_path / "absent.jsonl")
     with pytest.raises(InputError, match="unknown timeline file suffix"):
         read_timelines(tmp_path / "run.csv")
+
+
+def test_a_small_gzip_file_holding_a_huge_line_is_refused_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from steadystream.files import _jsonl
+
+    monkeypatch.setattr(_jsonl, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(_jsonl, "_BLOCK_BYTES", 64 << 10)
+    path = tmp_path / "bomb.jsonl.gz"
+    line = b'{"schema":"' + b"x" * (24 << 20) + b'"}\n'  # one line, ending, 24 MiB inflated
+    path.write_bytes(gzip.compress(line, compresslevel=9))
+    assert path.stat().st_size < 100_000
+    pieces = list(_jsonl._chunks(str(path)))
+    assert max(map(len, pieces)) <= 64 << 10
+    assert b"".join(pieces) == line
+    with pytest.raises(TimelineFormatError, match="a line longer than 1 MiB"):
+        read_jsonl(path)

@@ -286,17 +286,21 @@ def _chunks(path: str) -> Iterator[bytes]:
                 raw = file.read(_BLOCK_BYTES)
             return
         # zlib directly rather than GzipFile: a file cut by a crash yields all it holds,
-        # where GzipFile raises and drops the block it was reading.
+        # where GzipFile raises and drops the block it was reading. At most a block comes
+        # out of each call: a small file that inflates to gigabytes (a bomb) is read a
+        # block at a time, and refused by the line bound, not inflated whole first.
         inflate = zlib.decompressobj(wbits=31)
+        held = False  # zlib holds more output for the input it took
         try:
-            while raw:
-                parts = []
-                while raw:
-                    if inflate.eof:  # members back to back (cat a.gz b.gz) are one file
-                        inflate = zlib.decompressobj(wbits=31)
-                    parts.append(inflate.decompress(raw))
-                    raw = inflate.unused_data if inflate.eof else b""
-                yield b"".join(parts)
-                raw = file.read(_BLOCK_BYTES)
+            while raw or held:
+                if inflate.eof:  # members back to back (cat a.gz b.gz) are one file
+                    inflate = zlib.decompressobj(wbits=31)
+                out = inflate.decompress(raw, _BLOCK_BYTES)
+                held = len(out) == _BLOCK_BYTES and not inflate.eof
+                raw = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+                if out:
+                    yield out
+                if not raw and not held:
+                    raw = file.read(_BLOCK_BYTES)
         except zlib.error as exc:
             raise TimelineFormatError(f"not a valid gzip file ({exc})", path=path) from exc
