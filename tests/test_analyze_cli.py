@@ -157,3 +157,29 @@ def test_bad_experience_model_options_name_the_option(
     assert result.exit_code == 2
     assert option in result.output
     assert says in result.output
+
+
+HOSTILE = ["[/]x", "[link=https://example.invalid]y[/link]", "\x1b]0;owned\x07t\x1b[2Jz\rw"]
+
+
+@pytest.mark.parametrize("command", ["analyze", "explain"])
+def test_ids_and_labels_from_a_file_are_shown_as_written_never_as_markup(
+    tmp_path: Path, command: str
+) -> None:
+    path = tmp_path / "run[1].jsonl"
+    streams = []
+    for i, text in enumerate(HOSTILE):
+        stream = paused_stream().replace(stream_id=text)
+        stream.labels["model"] = text if i else "[bold]m"
+        streams.append(stream)
+    write_jsonl(path, streams)
+    args = [command, str(path), "--stalls", "5"] if command == "explain" else [command, str(path)]
+    result = runner.invoke(app, [*args, *(["--by", "model"] if command == "analyze" else [])])
+    assert result.exit_code == 0, result.output
+    assert "[/]x" in result.output
+    assert "[link=https://example.invalid]y[/link]" in result.output
+    if command == "analyze":
+        assert "model=[bold]m" in result.output
+    assert "\x1b" not in result.output
+    assert "\r" not in result.output
+    assert "\ufffd]0;owned\ufffdt" in result.output

@@ -11,6 +11,7 @@ from rich.table import Table
 from steadystream._units import format_duration
 from steadystream.attribution import Explanation, Score
 from steadystream.cli._console import console as stdout_console
+from steadystream.cli._console import plain, quoted
 
 __all__ = ["print_by_cause", "print_explanation", "to_json"]
 
@@ -24,11 +25,11 @@ def print_by_cause(explanation: Explanation, console: Console, *, title: str) ->
         )
     for share in explanation.by_cause:
         table.add_row(
-            share.cause,
+            plain(share.cause),
             str(share.stalls),
             format_duration(share.time_s * 1e9),
             f"{share.share:.0%}",
-            share.mitigation,
+            plain(share.mitigation),
         )
     console.print(table)
 
@@ -45,7 +46,7 @@ def print_explanation(
     threshold = format_duration(explanation.stall_threshold_ns)
     console.print(
         f"explain: {len(explanation.stalls)} stalls over {threshold} in"
-        f" {explanation.streams} streams; evidence: {'; '.join(explanation.sources)}",
+        f" {explanation.streams} streams; evidence: {quoted('; '.join(explanation.sources))}",
         highlight=False,
     )
     if explanation.stalls:
@@ -57,10 +58,10 @@ def print_explanation(
         hurt.add_column("mostly")
         for stream in explanation.hurt:
             hurt.add_row(
-                stream.stream_id,
+                plain(stream.stream_id),
                 str(stream.stalls),
                 format_duration(stream.time_s * 1e9),
-                stream.cause,
+                plain(stream.cause),
             )
         console.print(hurt)
     if stalls and explanation.stalls:
@@ -74,20 +75,22 @@ def print_explanation(
             table.add_column(column, justify="right" if column in ("at", "gap", "sure") else "left")
         for stall in longest:
             table.add_row(
-                stall.stream_id,
+                plain(stall.stream_id),
                 "first token" if stall.first_token else format_duration(stall.start_ns),
                 format_duration(stall.end_ns - stall.start_ns),
-                "\n".join(f"{p.cause} {p.fraction:.0%}" for p in stall.parts)
-                if len(stall.parts) > 1
-                else stall.cause,
+                plain(
+                    "\n".join(f"{p.cause} {p.fraction:.0%}" for p in stall.parts)
+                    if len(stall.parts) > 1
+                    else stall.cause
+                ),
                 "\n".join(f"{p.confidence:.0%}" for p in stall.parts),
-                stall.evidence,
+                plain(stall.evidence),
             )
         console.print(table)
     if scored is not None:
         print_score(scored, console)
     for note in notes:
-        console.print(f"[bold]note:[/] {note}", highlight=False)
+        console.print(f"[bold]note:[/] {quoted(note)}", highlight=False)
 
 
 def print_score(scored: Score, console: Console) -> None:
@@ -98,14 +101,14 @@ def print_score(scored: Score, console: Console) -> None:
     )
     table.add_column("true \\ attributed")
     for cause in said:
-        table.add_column(cause, justify="right")
+        table.add_column(plain(cause), justify="right")
     for true in scored.true_causes:
         cells = []
         for cause in said:
             seconds = scored.seconds.get((true, cause))
             cell = "" if seconds is None else format_duration(seconds * 1e9)
             cells.append(f"[bold]{cell}[/]" if cell and cause == true else cell)
-        table.add_row(true, *cells)
+        table.add_row(plain(true), *cells)
     console.print(table)
     share = scored.share_right
     right = "—" if share is None else f"{share:.1%}"

@@ -12,6 +12,7 @@ from steadystream._units import format_duration, format_seconds, format_share
 from steadystream.bench.disconnect import ReconnectSummary
 from steadystream.bench.summary import Summary
 from steadystream.cli._console import console as stdout_console
+from steadystream.cli._console import plain, quoted
 from steadystream.glass.edges import EdgeComparison
 from steadystream.metrics import FLEET_CATALOGUE
 
@@ -60,7 +61,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     table.add_column("metric")
     columns = {"all": summary.fleet, **summary.groups}
     for name in columns:
-        table.add_column(name if name == "all" else f"{summary.by}={name}", justify="right")
+        table.add_column(name if name == "all" else plain(f"{summary.by}={name}"), justify="right")
     reasoned = any(m.reasoning_streams for m in columns.values())
     for name in _ROWS:
         info = FLEET_CATALOGUE[name]
@@ -101,7 +102,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
                 share = format_share(m.longest_stall_fraction, narrow=True)
                 at = f"{m.longest_stall_token} ({share})"
             worst.add_row(
-                m.stream_id,
+                plain(m.stream_id),
                 format_seconds(m.max_gap_s),
                 at,
                 format_seconds(m.gap_p99_s),
@@ -127,9 +128,9 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     if summary.reconnects is not None:
         _print_reconnects(summary.reconnects, console)
     for finding in summary.findings:
-        console.print(f"[bold yellow]finding[/] [dim]{finding.code}[/]: {finding.message}")
+        console.print(f"[bold yellow]finding[/] [dim]{finding.code}[/]: {quoted(finding.message)}")
     for note in summary.notes:
-        console.print(f"[bold]note:[/] {note}")
+        console.print(f"[bold]note:[/] {quoted(note)}")
 
 
 # Both edges of a page's streams, side by side; words and form come from the catalogue.
@@ -144,7 +145,7 @@ EDGE_ROWS = (
 
 
 def _print_edges(edges: EdgeComparison, console: Console) -> None:
-    shared = ", ".join(f"{k}={v}" for k, v in sorted(edges.labels.items()))
+    shared = quoted(", ".join(f"{k}={v}" for k, v in sorted(edges.labels.items())))
     title = f"Client and glass edges of {edges.streams} page streams" + (
         f" ({shared})" if shared else ""
     )

@@ -92,11 +92,12 @@ def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = 
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
     from steadystream.cli._bench_view import gate_heading, gate_table
+    from steadystream.cli._console import quoted
 
     console.print(gate_heading(verdict), style="bold", highlight=False)
     console.print(gate_table(verdict))
     for note in verdict.notes:
-        console.print(f"[bold]note:[/] {note}", highlight=False)
+        console.print(f"[bold]note:[/] {quoted(note)}", highlight=False)
     if report.failures:
         broken = ", ".join(r.metric.removesuffix("_s") for r in report.failures)
         console.print(f"[bold red]gate failed[/]: {broken}", highlight=False)

@@ -91,10 +91,11 @@ def whatif(
         typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return
     from steadystream.cli._console import console as stdout_console
+    from steadystream.cli._console import quoted
 
     console = stdout_console()
     for note in notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {quoted(note)}", highlight=False)
     print_whatif(result, console)
     for name in written:
         console.print(f"paced timelines written to {name}", highlight=False)
