@@ -49,6 +49,9 @@ __all__ = [
 SCHEMA = "steadystream.engine-metrics/1"
 MAX_SERIES = 2000  # names kept per scrape: a bound on what a hostile endpoint can make us store
 MAX_BODY_BYTES = 8 << 20
+# A scrape's line: at most MAX_SERIES values, each a name and a number (a longer line is no
+# scrape this writes, and is not read whole into memory).
+_MAX_LINE_BYTES = 16 << 20
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 1.0
 SIDECAR_SUFFIX = ".engine-metrics.jsonl"  # RUN.engine-metrics.jsonl beside RUN.jsonl
@@ -102,22 +105,26 @@ def read_engine_metrics(path: Path) -> EngineSamples:
     any other bad line is an :class:`InputError` naming it."""
     if path.exists() and not path.is_file():  # (a FIFO would hang the read, /dev/zero never end)
         raise InputError(f"{path}: not a regular file; expected engine metrics")
+    scrapes: list[tuple[float, dict[str, float]]] = []
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:  # a line at a time: never the whole file in memory
+            for number, line in enumerate(iter(lambda: file.readline(_MAX_LINE_BYTES + 1), b""), 1):
+                if len(line) > _MAX_LINE_BYTES:
+                    raise InputError(
+                        f"{path}: line {number} is longer than {_MAX_LINE_BYTES >> 20} MiB;"
+                        " not engine metrics"
+                    )
+                if not line.strip():
+                    continue
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    if not line.endswith(b"\n"):  # cut off mid-line: keep what came before
+                        break
+                    raise InputError(f"{path}: line {number} is not JSON: {exc}") from exc
+                scrapes.append(_scrape(record, path, number))
     except OSError as exc:
         raise InputError(f"{path}: cannot read engine metrics: {exc.strerror}") from exc
-    lines = raw.split(b"\n")
-    scrapes: list[tuple[float, dict[str, float]]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            if number == len(lines):  # cut off mid-line: keep what came before
-                break
-            raise InputError(f"{path}: line {number} is not JSON: {exc}") from exc
-        scrapes.append(_scrape(record, path, number))
     return EngineSamples.from_scrapes(scrapes)
 
 
@@ -197,14 +204,23 @@ class EngineScraper:
         return await self._fetch() is not None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Scrape until ``stop`` is set; each line is flushed as it is written."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        """Scrape until ``stop`` is set; each line is flushed as it is written.
+
+        A file of its own (a bench run's sidecar) starts empty, as the run's file does: the
+        scrapes of an earlier run into the same output would be read as this run's. A shared
+        file (a gateway's workers, restarts) is appended to, and whoever takes its lock first
+        drops a line an earlier writer left cut (it died mid-write): written after, it
+        would be a bad line in the middle, and no reader could read past it.
+        """
+        mode = os.O_APPEND if self._shared else os.O_TRUNC
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | mode, 0o644)
         holding = not self._shared
         try:
             while not stop.is_set():
                 began = time.monotonic()
-                if not holding:
-                    holding = _locked(fd)
+                if not holding and _locked(fd):
+                    holding = True
+                    _drop_cut_line(fd)
                 if holding:
                     await self._scrape_into(fd)
                 wait = self._interval_s - (time.monotonic() - began)
@@ -239,6 +255,16 @@ class EngineScraper:
             return (sent + received) / 2, parse_exposition(body.decode("utf-8", "replace"))
         except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
             return None
+
+
+def _drop_cut_line(fd: int) -> None:
+    """Cut the file at its last line end, if something follows it (a writer died mid-line)."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - _MAX_LINE_BYTES)
+    tail = os.pread(fd, size - start, start)
+    os.ftruncate(fd, start + tail.rfind(b"\n") + 1)
 
 
 def _locked(fd: int) -> bool:

@@ -64,7 +64,7 @@ def analyze(
             # A Ray task per file returns its per-stream rows, and its streams' clocks for
             # the stalls' causes, which a second round of tasks attributes (explain_files).
             engine_notes: list[str] = []
-            engine = read_engine_beside(paths, None, engine_notes)
+            engine = None if no_explain else read_engine_beside(paths, None, engine_notes)
             on_ray = explain_files(
                 paths,
                 stall_threshold_ns=config.stall_threshold_ns,
@@ -86,7 +86,9 @@ def analyze(
         else:
             fmt = None if file_format == "auto" else file_format
             timelines, numbers, notes = load_files(paths, format=fmt)
-            engine = read_engine_beside(paths, None, notes)
+            # (Only the stalls' causes read the engine's metrics: without them, a sidecar
+            # that cannot be read stops nothing.)
+            engine = None if no_explain else read_engine_beside(paths, None, notes)
             summary = summarise(
                 timelines,
                 config,
