@@ -5,7 +5,7 @@ Attributing one stall reads more than its own stream, and more than its own file
 - the other vantage points of the same request (a gateway's two edges may be recorded in
   another file than the client's);
 - every other stream in flight across the gap (whether one engine step stretched for all),
-  and the share of all streams whose first token came in a lump (a server holding heads);
+  and how many other streams' first tokens came in a lump (a server holding heads);
 - the engine metrics scraped during the run.
 
 So the files are not explained each on its own (that would lose the other files' streams in

@@ -99,8 +99,12 @@ def test_before_the_first_token_queueing_or_a_held_head() -> None:
     assert stall.cause == "queueing"
     assert stall.start_ns == 0
     assert stall.event_index == 1
-    held = stream([900 + 0.01 * i for i in range(40)] + cadence(1000, 10, 60))
-    assert explain([held]).stalls[0].cause == "head-burst"
+    head = [900 + 0.01 * i for i in range(40)] + cadence(1000, 10, 60)
+    held = [stream(head, stream_id=f"h{i}", start_ms=5.0 * i) for i in range(3)]
+    stall = explain(held).stalls[0]
+    assert (stall.cause, stall.confidence) == ("head-burst", 0.85)
+    # one stream alone with its head in a lump: a connection that froze, no server policy
+    assert explain(held[:1]).stalls[0].cause == "connection-hiccup"
 
 
 def test_streams_pausing_each_for_itself_are_not_one_stretched_step() -> None:

@@ -10,7 +10,7 @@ whole-array passes, the few other vantage points of each stall's request one by 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -121,6 +121,11 @@ class EngineReading:
         return bool(self.lag_resets) or (self.lag_mean_s or 0.0) >= STARVED_LAG_S
 
     @property
+    def read_any(self) -> bool:
+        """Whether the scrapes said anything of the stall at all (any series across it)."""
+        return any(getattr(self, part.name) is not None for part in fields(self))
+
+    @property
     def covered(self) -> bool:
         """Whether any series was scraped across the stall."""
         return any(
@@ -140,9 +145,10 @@ class Evidence:
     missing_at: Where | None  # the nearest vantage point engine-side that had no such gap
     seen_at: tuple[Where, ...]  # vantage points engine-side that had it too
     engine: EngineReading | None
-    head_lump_share: float  # share of all streams whose first token came in a lump
+    head_lump_share: float  # share of the other streams whose first token came in a lump
     common_ns: int | None = None  # the part of the gap most streams in flight were silent too
     head_alike: int = 0  # other streams whose first token came in a lump of about this size
+    head_others: int = 0  # the other streams (with a text event) head_lump_share is among
 
 
 def gather_all(
@@ -181,10 +187,11 @@ def gather_all(
     for i, site in enumerate(sites):
         stream = site.stream
         lump = stream.lump_after(site.position)
+        heads, head_others = neighbours.other_heads_lumped(lump if site.first_token else 0)
         here = found[i]
         if here is None:
             evidence.append(
-                Evidence(site, lump, None, 0, None, (), None, neighbours.head_lump_share)
+                Evidence(site, lump, None, 0, None, (), None, heads, head_others=head_others)
             )
             continue
         missing_at, seen = _placed(site, by_stream[stream.stream], int(start[i]), int(end[i]))
@@ -197,9 +204,10 @@ def gather_all(
                 missing_at,
                 seen,
                 here[2],
-                neighbours.head_lump_share,
+                heads,
                 here[3],
                 neighbours.heads_alike(lump) if site.first_token else 0,
+                head_others,
             )
         )
     return evidence

@@ -8,7 +8,8 @@ by request id) and, optionally, engine metrics scraped during it, and returns an
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from steadystream._types import Where
@@ -53,6 +54,8 @@ class AttributedStall:
     first_token: bool  # the wait for the first token
     started_at: float | None  # the stall's start on the wall clock (unix seconds)
     shares: tuple[Share, ...] = ()  # its time by cause, largest first (empty: all ``cause``)
+    rerun: int = 0  # which stream of its id: 0 the first file's to hold it, 1 the next one's...
+    engine_read: bool = False  # the engine metrics had a scrape across it
 
     @property
     def duration_s(self) -> float:
@@ -123,6 +126,7 @@ class Explanation:
     streams: int  # streams explained (one per request, nearest the reader)
     sources: list[str]  # the evidence that was at hand, in words
     stall_threshold_ns: int
+    notes: list[str] = field(default_factory=list)  # what the reader should know of them
 
     @property
     def stall_time_s(self) -> float:
@@ -224,6 +228,7 @@ def attribute_tagged(
 ) -> list[tuple[int, AttributedStall]]:
     """:func:`attribute_stalls`, each stall tagged with its subject's ``index``."""
     sites = find_all_stalls(subjects, stall_threshold_ns)
+    reruns = _reruns(by_stream)
     stalls: list[tuple[int, AttributedStall]] = []
     for site, evidence in zip(sites, gather_all(sites, neighbours, by_stream, engine), strict=True):
         verdict = decide(evidence)
@@ -247,10 +252,22 @@ def attribute_tagged(
                     first_token=site.first_token,
                     started_at=None if wall is None else wall / 1e9,
                     shares=shares,
+                    rerun=reruns[stream.stream],
+                    engine_read=evidence.engine is not None and evidence.engine.read_any,
                 ),
             )
         )
     return stalls
+
+
+def _reruns(by_stream: Mapping[int, Sequence[StreamView]]) -> dict[int, int]:
+    """Each stream's place among the streams of its id (0: the first file's to hold it): what
+    pairs it with the lab's truth of a rerun. Stream numbers of one id grow with it
+    (:func:`~.streams.stream_numbers`), and ``by_stream`` holds every stream of its ids."""
+    numbers: dict[str, list[int]] = {}
+    for stream, views in by_stream.items():
+        numbers.setdefault(views[0].stream_id, []).append(stream)
+    return {stream: k for same in numbers.values() for k, stream in enumerate(sorted(same))}
 
 
 def assemble(
@@ -266,8 +283,9 @@ def assemble(
         by_cause=_by_cause(stalls),
         hurt=_most_hurt(stalls, worst),
         streams=seen.streams,
-        sources=_sources(seen, engine),
+        sources=_sources(seen, engine, stalls),
         stall_threshold_ns=stall_threshold_ns,
+        notes=_engine_notes(engine, stalls),
     )
 
 
@@ -306,12 +324,50 @@ def _most_hurt(stalls: Sequence[AttributedStall], worst: int) -> list[HurtStream
     return hurt[:worst]
 
 
-def _sources(seen: StreamsSeen, engine: EngineSamples | None) -> list[str]:
+def _sources(
+    seen: StreamsSeen, engine: EngineSamples | None, stalls: Sequence[AttributedStall]
+) -> list[str]:
     wheres = sorted(seen.subject_wheres)
     sources = [f"{seen.streams} streams as the {' and '.join(wheres) or 'reader'} saw them"]
     edges = sorted(seen.wheres - seen.subject_wheres)
     if edges:
         sources.append("the same requests at " + ", ".join(edges))
     if engine is not None and len(engine):
-        sources.append(f"engine metrics ({len(engine)} scrapes)")
+        # Scrapes are evidence only where they fell across a stall.
+        read = sum(stall.engine_read for stall in stalls)
+        over = ""
+        if read == 0 and stalls:
+            over = ", none across a stall"
+        elif read < len(stalls):
+            over = f", over {read} of the {len(stalls)} stalls"
+        sources.append(f"engine metrics ({len(engine)} scrapes{over})")
     return sources
+
+
+def _engine_notes(engine: EngineSamples | None, stalls: Sequence[AttributedStall]) -> list[str]:
+    """Why the engine metrics said nothing, when they said nothing of any stall: scraped over
+    another span of time (a file from another run, or times in another unit)."""
+    if engine is None or not len(engine) or not stalls or any(s.engine_read for s in stalls):
+        return []
+    scraped = f"scraped from {_unix(engine.times_s[0])} to {_unix(engine.times_s[-1])}"
+    timed = [s for s in stalls if s.started_at is not None]
+    if not timed:
+        return [
+            f"engine metrics ({len(engine)} scrapes, {scraped}) were not read: no stall has"
+            " a wall clock (started_at) to join them by"
+        ]
+    first = min(s.started_at or 0.0 for s in timed)
+    last = max((s.started_at or 0.0) + s.duration_s for s in timed)
+    return [
+        f"engine metrics ({len(engine)} scrapes, {scraped}) cover none of the"
+        f" {len(stalls)} stalls (from {_unix(first)} to {_unix(last)}): a file from another"
+        " run, or times not in unix seconds? The causes are read without them"
+    ]
+
+
+def _unix(seconds: float) -> str:
+    """A wall-clock instant in UTC, or as unix seconds past what a date holds (ms read as s)."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    except (OverflowError, OSError, ValueError):
+        return f"unix {seconds:.0f} s"

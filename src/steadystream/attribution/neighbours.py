@@ -47,7 +47,8 @@ class Neighbours:
         self._spans: dict[bool, SpanIndex] = {}
         heads = len(clocks)
         lumped = int((clocks.head_lump >= HEAD_LUMP).sum())
-        self.head_lump_share = lumped / heads if heads else 0.0
+        self.head_lump_share = lumped / heads if heads else 0.0  # of all, each asking one too
+        self._heads_count, self._lumped_count = heads, lumped
         self._heads = np.sort(clocks.head_lump[clocks.head_lump >= HEAD_LUMP])
 
     def heads_alike(self, lump: int) -> int:
@@ -58,6 +59,14 @@ class Neighbours:
         lo = np.searchsorted(self._heads, lump * (1 - HEAD_ALIKE_SPREAD), side="left")
         hi = np.searchsorted(self._heads, lump * (1 + HEAD_ALIKE_SPREAD), side="right")
         return max(int(hi - lo) - 1, 0)
+
+    def other_heads_lumped(self, lump: int) -> tuple[float, int]:
+        """The share of the other streams whose first token came in a lump, and how many
+        others there are, asked by a stream whose own head lump is ``lump`` (the stream
+        asking is one of the fleet's: its own lump says nothing of the server's policy)."""
+        others = max(self._heads_count - 1, 0)
+        lumped = max(self._lumped_count - (lump >= HEAD_LUMP), 0)
+        return (lumped / others if others else 0.0), others
 
     @classmethod
     def of(cls, subjects: Sequence[StreamView]) -> Neighbours:

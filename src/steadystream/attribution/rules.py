@@ -18,7 +18,8 @@ from steadystream.attribution.evidence import HEAD_LUMP, EngineReading, Evidence
 
 __all__ = ["LUMP_FACTOR", "SHARED_SHARE", "Verdict", "decide"]
 
-HEAD_POLICY_SHARE = 0.5  # share of streams whose head came in a lump: a server policy
+HEAD_POLICY_SHARE = 0.5  # above this share of the other streams' heads in lumps: a policy
+HEAD_POLICY_OTHERS = 2  # ... among this many others at least (one alone: its connection froze)
 HEAD_ALIKE_STREAMS = 2  # ... or this many others' heads in lumps of the same size
 ONE_STEP_NS = 1_000_000_000  # a stretched step is shorter than this; a longer wait is queueing
 LOW_ACCEPTANCE = 0.6  # draft acceptance under this makes rejections likely
@@ -112,10 +113,10 @@ def _first_token(ev: Evidence, said: list[str]) -> Verdict:
     said.append(f"before the first token ({format_duration(site.duration_ns)} to it)")
     if ev.lump >= HEAD_LUMP:
         said.append(f"then {ev.lump} text events at once")
-        if ev.head_lump_share >= HEAD_POLICY_SHARE:
+        if ev.head_others >= HEAD_POLICY_OTHERS and ev.head_lump_share > HEAD_POLICY_SHARE:
             said.append(
-                f"as for {ev.head_lump_share:.0%} of all streams: the server holds the head"
-                " and releases it at once"
+                f"as for {ev.head_lump_share:.0%} of the {ev.head_others} other streams: the"
+                " server holds the head and releases it at once"
             )
             return _verdict(Cause.HEAD_BURST, 0.85, said)
         if ev.head_alike >= HEAD_ALIKE_STREAMS:

@@ -12,15 +12,20 @@ prompt, or a delay the lab did not make). Time is the stall's duration as the re
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 import numpy as np
 
+from steadystream._exceptions import TimelineFormatError
 from steadystream._types import Where
 from steadystream.attribution.causes import ATTRIBUTABLE
 from steadystream.attribution.explain import Explanation
+from steadystream.attribution.streams import stream_numbers
 from steadystream.timeline import Timeline
 
 __all__ = ["NO_CAUSE", "Score", "score"]
@@ -86,24 +91,31 @@ class Score:
         }
 
 
-def score(explanation: Explanation, truth: Sequence[Timeline]) -> Score:
+def score(
+    explanation: Explanation,
+    truth: Sequence[Timeline],
+    *,
+    files: Sequence[int] | None = None,
+    paths: Sequence[str | PathLike[str]] | None = None,
+) -> Score:
     """Score ``explanation`` against lab timelines carrying the ``cause`` annotation, by
     overlap of time: each stall's true shares (the lab's ``cause_ns``, the delay each cause
-    added to the gap; else all of it to ``cause``) against its attributed shares."""
-    causes: dict[str, list[dict[str, float]]] = {}
-    for timeline in truth:
-        if timeline.where is not Where.LAB or "cause" not in timeline.annotations:
-            continue
-        text = np.flatnonzero(timeline.text_mask).tolist()
-        main = timeline.annotations["cause"]
-        delays = timeline.annotations.get("cause_ns") or [None] * len(main)
-        causes[timeline.stream_id] = [_true_shares(main[i], delays[i]) for i in text]
+    added to the gap; else all of it to ``cause``) against its attributed shares.
+
+    The truth of an id is paired with its explained streams as vantage points are
+    (docs/attribution.md#same-stream): the k-th file to hold it with the k-th stream of it
+    explained, so two runs that reuse ids are each scored against their own truth.
+    ``files`` is the file each truth timeline came from (without it, each lab timeline of an
+    id is its next stream: the lab records one per request), ``paths`` names those files in
+    messages. A ``cause_ns`` that does not read as ``cause=ns+...`` (each a finite number of
+    ns, 0 or more) is a :class:`~steadystream.TimelineFormatError`."""
+    causes = _truth_by_stream(truth, files, paths)
     seconds: dict[tuple[str, str], float] = {}
     stalls: dict[tuple[str, str], int] = {}
     unmatched = 0
     unmatched_s = 0.0
     for stall in explanation.stalls:
-        truths = causes.get(stall.stream_id)
+        truths = causes.get((stall.stream_id, stall.rerun))
         position = stall.text_index
         if truths is None or position >= len(truths):
             unmatched += 1
@@ -120,14 +132,77 @@ def score(explanation: Explanation, truth: Sequence[Timeline]) -> Score:
     return Score(seconds, stalls, unmatched, unmatched_s)
 
 
-def _true_shares(main: str | None, delays: str | None) -> dict[str, float]:
-    """The lab's shares of one gap: from ``cause_ns`` (``a=ns+b=ns``), else all to ``cause``
-    (a gap the lab named no cause for is ``none``, whatever small delays it carries)."""
+def _truth_by_stream(
+    truth: Sequence[Timeline],
+    files: Sequence[int] | None,
+    paths: Sequence[str | PathLike[str]] | None,
+) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """The lab's shares of each text event's gap, by (request id, which stream of that id),
+    every ``cause_ns`` checked first."""
+    in_files = files if files is not None else range(len(truth))
+    lab = [
+        (timeline, file)
+        for timeline, file in zip(truth, in_files, strict=True)
+        if timeline.where is Where.LAB and "cause" in timeline.annotations
+    ]
+    numbers = stream_numbers(
+        [t.stream_id for t, _ in lab], [t.where.value for t, _ in lab], [f for _, f in lab]
+    )
+    reruns: dict[str, list[int]] = {}
+    causes: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for (timeline, file), number in zip(lab, numbers, strict=True):
+        same = reruns.setdefault(timeline.stream_id, [])
+        if number not in same:
+            same.append(number)  # numbers of one id come in the order of its files
+        source = None if paths is None or files is None else os.fspath(paths[file])
+        main = timeline.annotations["cause"]
+        delays = [
+            None if entry is None else _delays(entry, timeline.stream_id, i, source)
+            for i, entry in enumerate(timeline.annotations.get("cause_ns") or [None] * len(main))
+        ]
+        text = np.flatnonzero(timeline.text_mask).tolist()
+        key = (timeline.stream_id, same.index(number))
+        causes[key] = [_true_shares(main[i], delays[i]) for i in text]
+    return causes
+
+
+def _delays(entry: str, stream_id: str, event: int, path: str | None) -> dict[str, float]:
+    """One ``cause_ns`` entry (``a=ns+b=ns``) as ns by cause; a :class:`TimelineFormatError`
+    naming the file, the stream, the event and the field where it does not read so."""
+
+    def bad(problem: str) -> TimelineFormatError:
+        where = f"stream {stream_id!r}, event {event}"
+        if path is None:
+            where = f"lab truth {where}"
+        return TimelineFormatError(
+            f"{where}: cause_ns {entry!r}: {problem}", path=path, field="annotations.cause_ns"
+        )
+
+    ns: dict[str, float] = {}
+    for piece in entry.split("+"):
+        cause, equals, value = piece.partition("=")
+        if not equals or not cause.strip():
+            raise bad(f"{piece!r} is not CAUSE=NANOSECONDS (as in 'queueing=420000000')")
+        try:
+            delay = float(value)
+        except ValueError:
+            raise bad(f"the delay of {cause} ({value!r}) is not a number of ns") from None
+        if not math.isfinite(delay) or delay < 0:
+            raise bad(f"the delay of {cause} ({value!r}) is not a finite number of ns >= 0")
+        ns[cause] = ns.get(cause, 0.0) + delay
+    if not math.isfinite(sum(ns.values())):
+        raise bad("the delays add up past what a number holds")
+    return ns
+
+
+def _true_shares(main: str | None, delays: dict[str, float] | None) -> dict[str, float]:
+    """The lab's shares of one gap: from ``cause_ns`` (checked by :func:`_delays`), else all
+    to ``cause`` (a gap the lab named no cause for is ``none``, whatever small delays it
+    carries)."""
     if main is None:
         return {NO_CAUSE: 1.0}
     if delays:
-        parts = dict(piece.split("=", 1) for piece in delays.split("+"))
-        ns = {cause: float(value) for cause, value in parts.items() if float(value) > 0}
+        ns = {cause: value for cause, value in delays.items() if value > 0}
         total = sum(ns.values())
         if total > 0:
             return {cause: value / total for cause, value in ns.items()}

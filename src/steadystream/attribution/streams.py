@@ -355,18 +355,19 @@ def typical_arrivals(offsets: IntArray, times: IntArray) -> FloatArray:
 
 
 def head_lumps(offsets: IntArray, times: IntArray) -> IntArray:
-    """Each row's text events that arrived with its first one (0 for a row without any):
-    rows still in their first arrival are followed an event at a time, so the scratch
-    arrays are as long as the rows, not the events."""
-    lumps = (offsets[1:] > offsets[:-1]).astype(np.int64)
-    rows = np.flatnonzero(lumps)
-    while len(rows):
-        at = offsets[rows] + lumps[rows]
-        more = at < offsets[rows + 1]
-        rows, at = rows[more], at[more]
-        together = times[at] - times[at - 1] < ARRIVAL_WINDOW_NS
-        rows = rows[together]
-        lumps[rows] += 1
+    """Each row's text events that arrived with its first one (0 for a row without any): from
+    a row's start to the next arrival's (:func:`arrival_starts`), a batch of rows at a time
+    (about :data:`_BATCH_EVENTS` events), so the scratch arrays stay bounded."""
+    lumps = np.zeros(len(offsets) - 1, dtype=np.int64)
+    for first, last in _batches(np.diff(offsets).tolist()):
+        base = int(offsets[first])
+        rows = offsets[first : last + 1] - base
+        breaks = arrival_starts(rows, times[base : int(offsets[last])])
+        heads = rows[:-1]
+        # A row with events starts an arrival; the next one begins after it (at the latest
+        # where the batch ends). An empty row's start may be the batch's end: clipped.
+        after = np.minimum(np.searchsorted(breaks, heads, side="right"), len(breaks) - 1)
+        lumps[first:last] = np.where(rows[1:] > heads, breaks[after] - heads, 0)
     return lumps
 
 

@@ -57,7 +57,7 @@ def explain(
     from steadystream.analysis import timeline_files
     from steadystream.attribution import explain as attribute
     from steadystream.attribution import score
-    from steadystream.bench.verdict import load_files, load_runs
+    from steadystream.bench.verdict import load_files
     from steadystream.cli import _explain_view
     from steadystream.cli._errors import exit_on_error
     from steadystream.cli._inputs import read_engine_beside
@@ -84,6 +84,7 @@ def explain(
             )
             assert on_ray.explanation is not None  # asked without a table: always explained
             explanation, notes = on_ray.explanation, path_notes + on_ray.notes + engine_notes
+            notes += explanation.notes  # (what the engine metrics did not cover, say)
         else:
             fmt = None if file_format == "auto" else file_format
             timelines, numbers, notes = load_files(paths, format=fmt)
@@ -96,11 +97,12 @@ def explain(
                 worst=worst,
                 files=numbers,
             )
+            notes += explanation.notes
         scored = None
         if truth:
-            truths, truth_notes = load_runs(truth)
+            truths, truth_files, truth_notes = load_files(truth)
             notes += truth_notes
-            scored = score(explanation, truths)
+            scored = score(explanation, truths, files=truth_files, paths=truth)
         _export(explanation, prometheus, os.environ, notes)
     if json_output:
         typer.echo(_explain_view.to_json(explanation, scored, notes))
