@@ -99,6 +99,8 @@ def analyze(
                 attribute=not no_explain,
             )
     summary.notes[:0] = path_notes + notes
+    if summary.explanation is not None:  # (engine metrics that covered no stall, say)
+        summary.notes += summary.explanation.notes
     if len(paths) > 1:
         summary.notes.append(f"{len(paths)} files, {summary.fleet.streams} streams merged")
     if json_output:
