@@ -271,6 +271,7 @@ def test_analyze_counts_many_returns_and_each_failure(tmp_path: Path) -> None:
     gone = _entry(first_ms=None, status=410, error="HTTP 410 Gone: expired")
     timelines.append(_timeline([10, 20], [gone]))
     timelines[-1].stream_id = "gone"
+    timelines[-1].end_ns = 310 * MS  # (the refusal of its return came at 310 ms)
     path = tmp_path / "run.jsonl"
     write_jsonl(path, timelines)
     shown = runner.invoke(app, ["analyze", str(path)])
@@ -292,3 +293,52 @@ def test_analyze_names_a_bad_reconnect_field_without_a_traceback(tmp_path: Path)
     assert shown.exit_code == 2, shown.output
     assert "meta.reconnects[0].lost" in shown.output
     assert shown.exception is None or isinstance(shown.exception, SystemExit)
+
+
+def test_an_id_carried_over_to_an_event_of_its_own_is_no_double() -> None:
+    # The gateway's closing in-band error has no id: line: SSE carries the last id over.
+    ids = EventIds()
+    ids.see(_items(b"id: 1\ndata: a\n\nid: 2\ndata: b\n\n"))
+    ids.see(_items(b'event: error\ndata: {"error": "cut"}\n\n'))
+    assert (ids.seen, ids.lost, ids.doubled) == (2, 0, 0)
+    ids.see(_items(b"id: 2\ndata: b\n\n"))  # the same event again: a double
+    assert ids.doubled == 1
+
+
+def test_a_new_connection_carries_no_id_over() -> None:
+    ids = EventIds()
+    ids.see(_items(b"id: 3\ndata: c\n\n"))
+    ids.reconnected()
+    ids.see(_items(b"id: 3\ndata: c\n\nid: 4\ndata: d\n\n"))  # the return replays 3
+    assert (ids.seen, ids.doubled, ids.last) == (3, 1, "4")
+
+
+def test_drops_cut_short_by_the_runs_end_are_not_judged() -> None:
+    cut = _entry(asked_ms=None, first_ms=None, status=None, interrupted=True)
+    failed = _timeline([10, 20], None)
+    failed.outcome, failed.meta["disconnect"] = Outcome.ERROR, "after 40 tokens, back 2000ms"
+    ended = _timeline([10, 20], None)
+    ended.meta["disconnect"] = "after 40 tokens, back 2000ms"
+    summary = reconnect_summary([_timeline([10, 20, 30], [cut]), failed, ended])
+    assert summary is not None
+    assert (summary.reconnects, summary.failed, summary.interrupted) == (0, 0, 1)
+    assert summary.ended_before_drop == 1  # (the stream that failed is not one of them)
+
+
+@pytest.mark.parametrize(
+    ("entries", "field"),
+    [
+        ([{"dropped_ms": -500.0}], "[0].dropped_ms"),
+        ([{"dropped_ms": 9000.0}], "[0].dropped_ms"),  # past the stream's end
+        ([{"dropped_ms": None}], "[0].dropped_ms"),
+        ([{"first_ms": 20.0}], "[0].first_ms"),  # before its drop
+        ([{"asked_ms": -3.0}], "[0].asked_ms"),
+        ([{}, {}], "[1].dropped_ms"),  # the same drop twice: before the first's return
+        ([{}, {"dropped_ms": 100.0}], "[1].dropped_ms"),
+    ],
+)
+def test_reconnects_out_of_time_are_named(entries: list[dict[str, object]], field: str) -> None:
+    timeline = _timeline([10, 20, 30, 400, 410], [_entry(**changes) for changes in entries])
+    with pytest.raises(TimelineFormatError) as caught:
+        reconnect_summary([timeline])
+    assert caught.value.field == f"meta.reconnects{field}"

@@ -13,6 +13,7 @@ import pytest
 
 from steadystream import Outcome, Timeline
 from steadystream.bench import RunOptions
+from steadystream.bench.cancel import CancelPoint, CancelPolicy
 from steadystream.bench.disconnect import DisconnectPolicy, reconnect_summary
 from tests.support.bench import small_run
 
@@ -36,7 +37,9 @@ _HEAD = (
 
 
 @asynccontextmanager
-async def _server(*, cut_return: bool, close_after_first: bool) -> AsyncIterator[str]:
+async def _server(
+    *, cut_return: bool, close_after_first: bool, noid_return: bool = False
+) -> AsyncIterator[str]:
     """Answers the POST with three events, slowly, naming stream ``s1``; the return (GET
     /v1/streams/s1) gets one event and then a body that ends without [DONE]."""
     server: asyncio.Server | None = None
@@ -55,6 +58,11 @@ async def _server(*, cut_return: bool, close_after_first: bool) -> AsyncIterator
                 await asyncio.sleep(0.05)
         elif line.startswith(b"GET /v1/streams/s1") and cut_return:
             writer.write(_HEAD + _chunked(_event(4, "w4 ")) + b"0\r\n\r\n")
+            await writer.drain()
+        elif line.startswith(b"GET /v1/streams/s1") and noid_return:
+            # Not a gateway's: the rest of the stream with no ids, and half of it missing.
+            body = _event(9, "w9 ").split(b"\n", 1)[1] + b"data: [DONE]\n\n"
+            writer.write(_HEAD + _chunked(body) + b"0\r\n\r\n")
             await writer.drain()
         else:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -110,3 +118,40 @@ async def test_a_return_that_cannot_connect_says_why() -> None:
     summary = reconnect_summary([timeline])
     assert summary is not None
     assert summary.failed == 1
+
+
+async def test_a_return_whose_events_carry_no_ids_cannot_be_judged_whole() -> None:
+    async with _server(cut_return=False, close_after_first=False, noid_return=True) as url:
+        timeline = await _dropped(url)
+    (back,) = timeline.meta["reconnects"]
+    assert back["first_ms"] is not None
+    assert "carry no ids" in back["error"]
+    summary = reconnect_summary([timeline])
+    assert summary is not None
+    assert summary.failed == 1
+
+
+async def test_a_drop_whose_return_the_runs_end_cuts_short_is_marked_so() -> None:
+    policy = DisconnectPolicy.parse("after=2tok,back=60s")
+    options = RunOptions(duration_ns=200_000_000, grace_ns=300_000_000, disconnect=policy)
+    async with _server(cut_return=True, close_after_first=False) as url:
+        result = await small_run(url, requests=1, concurrency=1, options=options)
+    timeline = result.timelines[0]
+    assert timeline.meta["disconnect"] == "after 2 tokens, back 60000ms"
+    (back,) = timeline.meta["reconnects"]
+    assert back["interrupted"] is True
+    summary = reconnect_summary([timeline])
+    assert summary is not None
+    assert (summary.reconnects, summary.failed, summary.interrupted) == (0, 0, 1)
+
+
+async def test_a_stream_chosen_to_cancel_is_not_also_dropped() -> None:
+    cancel = CancelPolicy(1.0, CancelPoint.parse("1tok"), seed=0)
+    policy = DisconnectPolicy.parse("after=2tok,back=10ms")
+    options = RunOptions(max_requests=1, cancel=cancel, disconnect=policy)
+    async with _server(cut_return=True, close_after_first=False) as url:
+        result = await small_run(url, requests=1, options=options)
+    (timeline,) = result.timelines
+    assert timeline.outcome is Outcome.CANCELLED
+    assert "disconnect" not in timeline.meta
+    assert "reconnects" not in timeline.meta

@@ -155,3 +155,19 @@ def test_a_messages_body_takes_the_system_text_apart_and_always_a_limit() -> Non
 def test_an_unknown_api_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(SpecError, match="chat, completions, responses, messages"):
         Endpoint("http://h:1/v1", "m", kind="soap")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1?x=1", "http://127.0.0.1:8000/v1?", "http://h/v1#top"]
+)
+def test_a_base_with_a_query_or_fragment_is_refused(url: str) -> None:
+    # The API's path goes after the base's: after a query it would be the query's.
+    with pytest.raises(SpecError, match="no query or fragment"):
+        Endpoint(url, "m")
+
+
+def test_a_refused_url_never_says_its_password() -> None:
+    with pytest.raises(SpecError) as info:
+        Endpoint("ftp://user:hunter2@h/v1?key=sk-live", "m")
+    assert "hunter2" not in str(info.value)
+    assert "sk-live" not in str(info.value)

@@ -217,7 +217,10 @@ class StreamClient:
             if state.timeline is None:
                 state.finish(clock.now_ns(), Outcome.CANCELLED, "run interrupted mid-stream")
                 if on_interrupt is not None:
-                    on_interrupt(state.sent(level, spec))
+                    sent = state.sent(level, spec)
+                    if disconnect is not None:
+                        _interrupted(sent, disconnect, state)
+                    on_interrupt(sent)
             raise
         except (UpstreamError, ProtocolError) as exc:
             if state.timeline is None:
@@ -332,8 +335,14 @@ class StreamClient:
                 )
                 return
             state.start_recording().reconnected()
+            ids.reconnected()
             state.returned = reconnect
+            numbered, seen = ids.numbered, ids.seen
             state.end_ns = await self._read(again, state)
+            if numbered and reconnect.replayed and ids.seen == seen:
+                reconnect.error = (
+                    "the return's events carry no ids: what it lost or doubled cannot be told"
+                )
             # A return that brings the events kept and then an error (a stream the gateway
             # cut while no one read) is no clean reconnect: its entry says why.
             state.finish(state.end_ns, None, None)
@@ -370,6 +379,16 @@ class StreamClient:
         closed = self.clock.now_ns()  # stamped before the close the server will notice
         conn.close()
         return closed
+
+
+def _interrupted(sent: Sent, plan: DisconnectPlan, state: AttemptState) -> None:
+    """A stream chosen for a drop that the run's end cut short: its plan, and a return it
+    never made (or never finished reading) marked so, not judged as one that failed."""
+    meta = sent.timeline.meta
+    meta["disconnect"] = plan.describe()
+    if state.reconnects and state.reconnects[-1].first_ns is None:
+        state.reconnects[-1].interrupted = True
+        meta["reconnects"] = [reconnect.as_meta() for reconnect in state.reconnects]
 
 
 async def _refusal(conn: StampedConnection, head: ResponseHead, endpoint: Endpoint) -> str | None:

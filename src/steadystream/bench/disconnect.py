@@ -149,6 +149,7 @@ class Reconnect:
     lost: int = 0  # ids skipped (numeric ids only)
     doubled: int = 0  # ids at or below one already seen
     error: str | None = None
+    interrupted: bool = False  # the run ended before the return was made or read
 
     def as_meta(self) -> dict[str, Any]:
         def ms(ns: int | None) -> float | None:
@@ -166,6 +167,8 @@ class Reconnect:
         }
         if self.error is not None:
             meta["error"] = self.error
+        if self.interrupted:
+            meta["interrupted"] = True
         return meta
 
 
@@ -184,6 +187,19 @@ class EventIds:
     doubled: int = 0
     _high: int | None = None
     _numeric: bool = True
+    # The connection's last event, its id and data: an event with no id: line of its own
+    # carries the last id over (SSE's last event id), as the gateway's closing in-band error
+    # does. The same id on other data is that; on the same data, an event sent twice.
+    _previous: tuple[str, str] | None = None
+
+    @property
+    def numbered(self) -> bool:
+        """Whether the events so far carried the gateway's numbers."""
+        return self._numeric and self._high is not None
+
+    def reconnected(self) -> None:
+        """A new connection: its events carry no id over from the last one's."""
+        self._previous = None
 
     def see(self, items: Iterable[SseItem]) -> None:
         """Take the events of one read."""
@@ -191,6 +207,9 @@ class EventIds:
             event_id = getattr(item, "id", None)
             if event_id is None:
                 continue
+            previous, self._previous = self._previous, (event_id, getattr(item, "data", ""))
+            if previous is not None and previous[0] == event_id and previous != self._previous:
+                continue  # (an id carried over, not an event of its own)
             self.seen += 1
             self.last = event_id
             if not (self._numeric and event_id.isdecimal() and len(event_id) <= 18):
@@ -216,6 +235,7 @@ class ReconnectSummary:
     doubled: int
     felt_gap_ms: tuple[float, ...]  # per return: last text before the drop to the first after
     ended_before_drop: int = 0  # streams chosen for a drop (meta "disconnect") never dropped
+    interrupted: int = 0  # drops whose return the run's end cut short (not judged)
 
     @property
     def worst_felt_ms(self) -> float | None:
@@ -235,17 +255,23 @@ def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
     would hide a loss. A return counts as not resumed when it got no stream back (an error,
     an error status, no event) or when the stream after it did not end whole.
     """
-    streams = reconnects = failed = lost = doubled = ended_first = 0
+    streams = reconnects = failed = lost = doubled = ended_first = interrupted = 0
     felt: list[float] = []
     for timeline in timelines:
         entries = _entries(timeline)
         if not entries:
-            # (bench writes "disconnect" on every stream it chose, dropped or not)
-            ended_first += timeline.meta.get("disconnect") is not None
+            # (bench writes "disconnect" on every stream it chose, dropped or not; one that
+            # failed before its drop point did not end before it: it failed, said elsewhere)
+            chosen = timeline.meta.get("disconnect") is not None
+            ended_first += chosen and timeline.outcome is Outcome.COMPLETE
             continue
-        streams += 1
         text_times = timeline.times[timeline.text_mask]
+        counted = False
         for index, entry in enumerate(entries):
+            if entry.get("interrupted"):
+                interrupted += 1  # (no return to judge: the run ended first)
+                continue
+            counted = True
             reconnects += 1
             lost += entry.get("lost") or 0
             doubled += entry.get("doubled") or 0
@@ -261,9 +287,12 @@ def reconnect_summary(timelines: Iterable[Timeline]) -> ReconnectSummary | None:
             gap = _felt_gap_ms(text_times, entry)
             if gap is not None:
                 felt.append(gap)
-    if not reconnects and not ended_first:
+        streams += counted
+    if not reconnects and not ended_first and not interrupted:
         return None
-    return ReconnectSummary(streams, reconnects, failed, lost, doubled, tuple(felt), ended_first)
+    return ReconnectSummary(
+        streams, reconnects, failed, lost, doubled, tuple(felt), ended_first, interrupted
+    )
 
 
 def _felt_gap_ms(text_times: np.ndarray, entry: Mapping[str, Any]) -> float | None:
@@ -287,6 +316,8 @@ def _entries(timeline: Timeline) -> list[Mapping[str, Any]]:
         return []
     if not isinstance(entries, list):
         raise _bad(timeline, "meta.reconnects", entries, "a list of reconnects")
+    end_ms = math.inf if timeline.end_ns is None else timeline.end_ns / NS_PER_MS + _ROUNDING_MS
+    back_ms = 0.0  # where the last return began: a drop comes after it
     for index, entry in enumerate(entries):
         where = f"meta.reconnects[{index}]"
         if not isinstance(entry, Mapping):
@@ -295,6 +326,25 @@ def _entries(timeline: Timeline) -> list[Mapping[str, Any]]:
             value = entry.get(key)
             if value is not None and not accepts(value):
                 raise _bad(timeline, f"{where}.{key}", value, what)
+        # In time: each drop within the stream and after the last return, its return
+        # asked after it and its first event after it, or each gap felt would be made up.
+        dropped = entry.get("dropped_ms")
+        if dropped is None:
+            raise _bad(timeline, f"{where}.dropped_ms", dropped, "a time in ms")
+        if not back_ms - _ROUNDING_MS <= dropped <= end_ms:
+            raise _bad(
+                timeline,
+                f"{where}.dropped_ms",
+                dropped,
+                f"a time from the last return's ({back_ms:g} ms) to the stream's end",
+            )
+        for key in ("asked_ms", "first_ms"):
+            value = entry.get(key)
+            if value is not None and not dropped - _ROUNDING_MS <= value <= end_ms:
+                raise _bad(
+                    timeline, f"{where}.{key}", value, "a time from its drop to the stream's end"
+                )
+        back_ms = entry.get("first_ms") or entry.get("asked_ms") or dropped
     return entries
 
 
@@ -318,6 +368,8 @@ def _is_status(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599
 
 
+_ROUNDING_MS = 0.002  # bench writes its times in ms to three places
+
 _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "dropped_ms": (_is_time, "a time in ms"),
     "asked_ms": (_is_time, "a time in ms or null"),
@@ -328,6 +380,7 @@ _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "doubled": (_is_count, "a count (0 or more)"),
     "last_event_id": (lambda value: isinstance(value, str), "an event id (text) or null"),
     "error": (lambda value: isinstance(value, str), "a message (text) or null"),
+    "interrupted": (lambda value: isinstance(value, bool), "true, false or null"),
 }
 _NOT_WHOLE = (Outcome.ERROR, Outcome.TRUNCATED)
 

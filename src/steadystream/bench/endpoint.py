@@ -106,14 +106,20 @@ class Endpoint:
             raise SpecError(f"--usage must be one of {', '.join(_USAGE_MODES)}, got {self.usage!r}")
         if not self.model:
             raise SpecError("--model is required: the model name the server serves")
+        shown = _shown_url(self.base_url)  # (a password or a key in the URL is never said)
         try:
             url = URL(self.base_url)
         except (ValueError, TypeError) as exc:
-            raise SpecError(f"cannot read {self.base_url!r} as a URL: {exc}") from exc
+            raise SpecError(f"cannot read {shown!r} as a URL: {exc}") from exc
         if url.scheme not in ("http", "https") or not url.host:
             raise SpecError(
-                f"URL must be an http(s) API base such as http://127.0.0.1:8000/v1, "
-                f"got {self.base_url!r}"
+                f"URL must be an http(s) API base such as http://127.0.0.1:8000/v1, got {shown!r}"
+            )
+        if url.raw_query_string or url.raw_fragment or self.base_url.rstrip("/").endswith("?"):
+            # (the API's path goes after the base's: after a query it would be the query's)
+            raise SpecError(
+                f"URL must be an API base with no query or fragment, such as "
+                f"http://127.0.0.1:8000/v1, got {shown!r} and a query or fragment (not shown)"
             )
         names = {name.lower() for name, _ in self.headers}
         id_header = self.request_id_header
@@ -256,3 +262,12 @@ def _text_of(content: Any) -> str:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return ""
+
+
+def _shown_url(text: str) -> str:
+    """A URL as an error may say it: no user, password, query or fragment."""
+    try:
+        url = URL(text)
+        return str(url.with_user(None).with_query(None).with_fragment(None))
+    except (TypeError, ValueError):
+        return "<unreadable URL>"

@@ -195,7 +195,8 @@ class BenchRunner:
         policy = self.options.cancel
         cancel = policy.for_request(ticket.index) if policy is not None else None
         drops = self.options.disconnect
-        disconnect = drops.for_request(ticket.index) if drops is not None else None
+        # A reader chosen to leave for good (--cancel) is not also dropped to come back.
+        disconnect = drops.for_request(ticket.index) if drops is not None and not cancel else None
 
         def interrupted(sent: Sent) -> None:
             sent.timeline.error = self._stop_reason

@@ -184,6 +184,8 @@ def _print_reconnects(reconnects: ReconnectSummary, console: Console) -> None:
             f" median {_format_ms(reconnects.median_felt_ms)}, worst"
             f" {_format_ms(reconnects.worst_felt_ms)}"
         )
+    if cut := reconnects.interrupted:
+        line += f"; {cut} drops whose return the run's end cut short (not judged)"
     if ended := reconnects.ended_before_drop:
         chosen = reconnects.streams + ended
         line += (
@@ -209,6 +211,7 @@ def _reconnects_json(reconnects: ReconnectSummary | None) -> dict[str, Any] | No
         "felt_gap_median_s": _seconds(reconnects.median_felt_ms),
         "felt_gap_max_s": _seconds(reconnects.worst_felt_ms),
         "ended_before_drop": reconnects.ended_before_drop,
+        "interrupted": reconnects.interrupted,
     }
 
 
