@@ -66,7 +66,9 @@ class BenchTelemetry:
 
 @contextlib.asynccontextmanager
 async def exporting(telemetry: BenchTelemetry | None) -> AsyncIterator[None]:
-    """Shut ``telemetry`` down at the end, on a thread: the last spans and metrics go out."""
+    """Shut ``telemetry`` down at the end, on a thread: the last spans and metrics go out,
+    within ``shutdown_timeout_ms`` (5 s) whatever the collector does, and what did not is
+    said in one log line."""
     try:
         yield
     finally:

@@ -172,17 +172,21 @@ def create_app(
             async with scraping_upstreams(config):
                 yield
         finally:
-            if otel_settings is not None and state.telemetry is not None:
-                await asyncio.to_thread(state.telemetry.shutdown)  # the last spans go out
-                state.telemetry = None
-            if own_session and state.pool.session is not None:
-                await state.pool.session.close()
-                state.pool.session = None
-            if own_recorder and state.recorder is not None:
-                state.recorder.close()
-                state.recorder = None
-            if state.resume is not None:
-                await state.resume.close()
+            try:
+                if own_session and state.pool.session is not None:
+                    await state.pool.session.close()
+                    state.pool.session = None
+                if own_recorder and state.recorder is not None:
+                    state.recorder.close()
+                    state.recorder = None
+                if state.resume is not None:
+                    await state.resume.close()
+            finally:
+                # Telemetry last: streams that end as the rest closes still go out. Bounded
+                # (OtelSettings.shutdown_timeout_ms) whatever the collector does.
+                if otel_settings is not None and state.telemetry is not None:
+                    await asyncio.to_thread(state.telemetry.shutdown)
+                    state.telemetry = None
 
     generation = {
         "/v1/chat/completions": _Generation(state, "chat"),

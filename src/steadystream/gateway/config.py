@@ -32,6 +32,7 @@ from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_size
 from steadystream._validation import Duration, Workers, describe_errors, usable_cores
 from steadystream._yaml import load_yaml
+from steadystream.otel.settings import endpoint_problem, shown_endpoint
 from steadystream.protocol.apis import Api
 
 __all__ = [
@@ -584,12 +585,33 @@ class OtelConfig(_Section):
         10_000_000_000, ge=100_000_000, description="how often metrics are exported"
     )
 
-    @field_validator("endpoint")
+    @model_validator(mode="before")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
+    def _endpoint_unquoted(cls, data: Any) -> Any:
+        # A refused value is quoted in the error (describe_errors): a refused endpoint is
+        # quoted without the password it may hold (http://user:pw@host).
+        if isinstance(data, dict) and isinstance(url := data.get("endpoint"), str):
+            problem = endpoint_problem(url)
+            if problem is not None:
+                return {**data, "endpoint": _RefusedUrl(shown_endpoint(url), problem)}
+        return data
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _collector_url(cls, value: Any) -> Any:
+        if isinstance(value, _RefusedUrl):
+            raise ValueError(value.problem)
         return value
+
+
+class _RefusedUrl:
+    """An endpoint refused, as its error shows it (``repr``: without its password)."""
+
+    def __init__(self, shown: str, problem: str) -> None:
+        self.shown, self.problem = shown, problem
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
 
 
 class GatewayConfig(_Section):

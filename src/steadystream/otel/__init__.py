@@ -11,7 +11,8 @@ OpenTelemetry until :func:`open_exporter` does (the ``otel`` extra)::
 
 Parts: :mod:`.settings` (the ``OTEL_*`` environment), :mod:`.traceparent` (W3C Trace
 Context), :mod:`.streams` (a stream as a span and observations, pure), :mod:`.conventions`
-(names and bounds), :mod:`.sdk` (the SDK edge).
+(names and bounds), :mod:`.sdk` (the SDK edge), :mod:`.exporters` (its OTLP exporters:
+bounded, counted, quiet).
 """
 
 from __future__ import annotations

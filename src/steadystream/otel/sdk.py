@@ -12,19 +12,31 @@ thread, and its :class:`PeriodicExportingMetricReader` the metrics, every
 more is dropped and counted (:attr:`OtelExporter.dropped_spans`), as is every span of a batch
 the collector did not take (it was down, or refused it), so a collector that is away costs a
 bounded memory and a counter, never a wait.
+
+:meth:`OtelExporter.shutdown` sends what is left and is bounded in all by
+``shutdown_timeout_ms`` (5 s), whatever the collector does (refuses, never answers, answers
+503): each export gives up after ``export_timeout_ms``, and what is still waiting then is
+let go and counted. What did not reach the collector is said in one log line
+(:mod:`.exporters` keeps the SDK's retry lines quiet).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -43,7 +55,14 @@ from opentelemetry.trace import (
 
 from steadystream.__about__ import __version__
 from steadystream.otel.conventions import METRICS
-from steadystream.otel.settings import OtelSettings
+from steadystream.otel.exporters import (
+    Counted,
+    CountedMetrics,
+    CountedSpans,
+    otlp_metrics,
+    otlp_spans,
+)
+from steadystream.otel.settings import OtelSettings, shown_endpoint
 from steadystream.otel.streams import StreamMeasures, StreamSpan
 from steadystream.otel.traceparent import TraceContext, begin_trace
 
@@ -51,12 +70,16 @@ __all__ = ["OtelExporter"]
 
 _SCOPE = "steadystream"
 
+log = logging.getLogger("steadystream.otel")
+
 
 class OtelExporter:
     """Spans and GenAI metrics of finished streams, to an OTLP collector.
 
     ``span_exporter`` and ``metric_reader`` replace the OTLP ones (tests pass the SDK's
     in-memory exporter and reader); by default they are built from ``settings``.
+    ``metric_exporter`` replaces only the OTLP metric exporter (read every
+    ``metrics_interval_ms``). ``clock`` (monotonic seconds) times the shutdown's bound.
     """
 
     def __init__(
@@ -65,14 +88,22 @@ class OtelExporter:
         *,
         span_exporter: SpanExporter | None = None,
         metric_reader: MetricReader | None = None,
+        metric_exporter: MetricExporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self._clock = clock
         resource = Resource.create({**settings.resource, "service.name": settings.service_name})
         self._ids = _ChosenIds()
         self._lock = threading.Lock()
+        self._warned = threading.Event()
         if span_exporter is None and not settings.traces:
             span_exporter = _Unsent()
-        self._counted = _CountingExporter(span_exporter or _otlp_spans(settings))
+        self._spans_out = Counted(lambda: self._first_failure("spans"))
+        self._counted = CountedSpans(
+            span_exporter or otlp_spans(settings, self._spans_out), self._spans_out
+        )
+        self._metrics_out = Counted(lambda: self._first_failure("metrics"))
         self.dropped_spans = 0  # queue full (spans past max_queue_spans waiting)
         self._handed = 0
         self.tracer_provider = TracerProvider(resource=resource, id_generator=self._ids)
@@ -87,9 +118,12 @@ class OtelExporter:
         self._tracer = self.tracer_provider.get_tracer(_SCOPE, __version__)
         readers = [metric_reader] if metric_reader is not None else []
         if metric_reader is None and settings.metrics:
+            out = metric_exporter or otlp_metrics(settings, self._metrics_out)
             readers.append(
                 PeriodicExportingMetricReader(
-                    _otlp_metrics(settings), export_interval_millis=settings.metrics_interval_ms
+                    CountedMetrics(out, self._metrics_out),
+                    export_interval_millis=settings.metrics_interval_ms,
+                    export_timeout_millis=settings.export_timeout_ms,
                 )
             )
         self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
@@ -133,7 +167,7 @@ class OtelExporter:
         """Make the stream's span and record its observations; never waits for the network."""
         self._record(measures)
         with self._lock:
-            if self._handed - self._counted.settled >= self.settings.max_queue_spans:
+            if self._handed - self._spans_out.settled >= self.settings.max_queue_spans:
                 self.dropped_spans += 1
                 return
             if trace is not None:
@@ -164,7 +198,7 @@ class OtelExporter:
     @property
     def lost_spans(self) -> int:
         """Spans that did not reach the collector: dropped here, or in a failed export."""
-        return self.dropped_spans + self._counted.failed
+        return self.dropped_spans + self._spans_out.failed
 
     def flush(self, timeout_ms: int = 10_000) -> bool:
         """Export what is waiting now (spans and metrics); whether it all went out in time."""
@@ -173,9 +207,60 @@ class OtelExporter:
         return spans and metrics
 
     def shutdown(self) -> None:
-        """Export what is left and stop the exporters' threads (blocks: call it off the loop)."""
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+        """Export what is left and stop the exporters' threads, within
+        ``settings.shutdown_timeout_ms`` whatever the collector does; then say, in one log
+        line, what did not reach it (blocks: call it off the loop)."""
+        budget_s = self.settings.shutdown_timeout_ms / 1000
+        deadline = self._clock() + budget_s
+        # The SDK's own shutdown waits for each export in turn (its force_flush ignores its
+        # timeout), so it runs on a thread of its own and is waited for until the bound.
+        closing = threading.Thread(
+            target=self._close_providers, name="steadystream-otel-shutdown", daemon=True
+        )
+        closing.start()
+        # Until an export's own timeout before the bound, the last exports may go out; then
+        # what is still to send fails at once, and the one export under way gives up in time.
+        closing.join(max(0.0, budget_s - self.settings.export_timeout_ms / 1000))
+        if closing.is_alive():
+            self._spans_out.cut_off()
+            self._metrics_out.cut_off()
+            closing.join(max(0.0, deadline - self._clock()))
+        self._say_what_was_lost(finished=not closing.is_alive())
+
+    def _close_providers(self) -> None:
+        try:
+            self.tracer_provider.shutdown()
+            self.meter_provider.shutdown(timeout_millis=self.settings.shutdown_timeout_ms)
+        except Exception:  # telemetry must never take the shutdown down with it
+            log.exception("OpenTelemetry: the exporters did not shut down cleanly")
+
+    def _first_failure(self, signal: str) -> None:
+        if not self._warned.is_set():
+            self._warned.set()
+            log.warning(
+                "OpenTelemetry: an export of %s to the collector at %s failed; failures are"
+                " counted in steadystream.otel.dropped_spans and summed up at shutdown",
+                signal,
+                shown_endpoint(self.settings.endpoint),
+            )
+
+    def _say_what_was_lost(self, *, finished: bool) -> None:
+        spans, metrics = self._spans_out, self._metrics_out
+        # spans handed to the SDK and never settled were still waiting when it was let go
+        waiting = max(0, self._handed - spans.settled)
+        lost = self.dropped_spans + spans.failed + waiting
+        if lost == 0 and metrics.failed == 0:
+            return
+        log.warning(
+            "OpenTelemetry: %d of %d spans and %d of %d metric exports did not reach the"
+            " collector at %s%s",
+            lost,
+            self._handed + self.dropped_spans,
+            metrics.failed,
+            metrics.settled,
+            shown_endpoint(self.settings.endpoint),
+            "" if finished else f" (shutdown cut short at {self.settings.shutdown_timeout_ms} ms)",
+        )
 
     # -- metrics ------------------------------------------------------------------------------
 
@@ -254,64 +339,9 @@ class _ChosenIds(IdGenerator):
         return True  # chosen by traceparent.begin_trace from 128 random bits, or the client's
 
 
-class _CountingExporter(SpanExporter):
-    """The real exporter, counting what it settled (sent or lost): the span bound's other side."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self.settled = 0
-        self.failed = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception:  # an exporter that raises loses its batch as one that fails
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self.failed += len(spans)
-        self.settled += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
 class _Unsent(SpanExporter):
     """``OTEL_TRACES_EXPORTER=none``: spans are made (the metrics need nothing of them) and
     let go."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
-
-
-def _otlp_spans(settings: OtelSettings) -> SpanExporter:
-    endpoint, headers = settings.signal_endpoint("traces"), dict(settings.headers)
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(endpoint=endpoint, headers=_grpc_headers(headers))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
-
-    return HttpSpanExporter(endpoint=endpoint, headers=headers)
-
-
-def _otlp_metrics(settings: OtelSettings) -> Any:
-    endpoint, headers = settings.signal_endpoint("metrics"), dict(settings.headers)
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter(endpoint=endpoint, headers=_grpc_headers(headers))
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
-
-    return HttpMetricExporter(endpoint=endpoint, headers=headers)
-
-
-def _grpc_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers.items()}  # gRPC metadata keys

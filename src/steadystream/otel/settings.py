@@ -11,10 +11,15 @@ Read here (the OpenTelemetry SDK's own names and meanings):
   specification advises); ``http/json`` has no Python exporter and is refused;
 - ``OTEL_EXPORTER_OTLP_HEADERS``: ``key=value,...`` (values percent-decoded), sent with
   every export. They usually hold a collector's key: they are kept out of ``repr`` and of
-  every message here;
+  every message here, and a malformed one is refused here, naming its member's number, before
+  the SDK could log it. Names are RFC 9110 tokens, values printable ASCII;
 - ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (``key=value,...``): the resource;
 - ``OTEL_TRACES_EXPORTER=none`` or ``OTEL_METRICS_EXPORTER=none``: that signal is not sent
   (a collector that takes only traces, such as Arize Phoenix); any other value is OTLP.
+
+The endpoint is checked as a URL (:func:`check_endpoint`): scheme, host, a port in 1-65535,
+no query or fragment; a password in it (``http://user:pw@host``) is never shown
+(:func:`shown_endpoint`).
 
 Pure: it reads the mapping it is handed, never ``os.environ`` by itself, and imports nothing
 of OpenTelemetry.
@@ -30,11 +35,28 @@ from typing import Literal
 
 from steadystream._exceptions import ConfigError
 
-__all__ = ["PROTOCOLS", "OtelSettings", "Protocol", "resolve_settings"]
+__all__ = [
+    "PROTOCOLS",
+    "OtelSettings",
+    "Protocol",
+    "check_endpoint",
+    "endpoint_problem",
+    "resolve_settings",
+    "shown_endpoint",
+]
 
 Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
-_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+# RFC 9110 5.6.2: a header name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Printable ASCII: no control character (CR, LF, NUL...), which requests and gRPC refuse
+# with the value in their message.
+_VALUE = re.compile(r"^[\x20-\x7e]*$")
+# gRPC metadata keys (lower-cased before they are sent).
+_GRPC_KEY = re.compile(r"^[0-9a-z_.-]+$")
+# A registered name, IPv4 or the inside of an IPv6 literal (urllib strips the brackets).
+_HOST = re.compile(r"^[0-9A-Za-z._~%!$&'()*+,;=:-]+$")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^@]*@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +77,40 @@ class OtelSettings:
     traces: bool = True  # spans are sent (OTEL_TRACES_EXPORTER is not none)
     metrics: bool = True  # metrics are sent (OTEL_METRICS_EXPORTER is not none)
 
+    export_timeout_ms: int = 2000
+    """How long one export may take, its retries included (the SDK's default is 10 s, and its
+    metric reader's 30 s): a collector that never answers costs this, not minutes."""
+    shutdown_timeout_ms: int = 5000
+    """How long shutting down may take in all, the last spans and metrics sent included."""
+
     def __post_init__(self) -> None:
-        if not _URL.match(self.endpoint):
-            raise ConfigError(
-                f"OTLP endpoint {self.endpoint!r}: an http:// or https:// URL, such as"
-                " http://127.0.0.1:4318"
-            )
+        check_endpoint(self.endpoint)
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"OTLP protocol {self.protocol!r}: accepted: {', '.join(PROTOCOLS)}")
-        for name in ("max_queue_spans", "span_delay_ms", "metrics_interval_ms"):
+        for name in (
+            "max_queue_spans",
+            "span_delay_ms",
+            "metrics_interval_ms",
+            "export_timeout_ms",
+            "shutdown_timeout_ms",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"OTLP {name}: must be at least 1")
+        for position, (name, value) in enumerate(self.headers.items(), start=1):
+            _check_header(name, value, position, "OTLP headers")
+            if self.protocol == "grpc" and not _GRPC_KEY.match(name.lower()):
+                raise ConfigError(
+                    f"OTLP headers: member {position}: gRPC metadata names are letters, digits"
+                    " and _ . - only"
+                )
+
+    def __repr__(self) -> str:
+        # The headers are secrets; a password in the endpoint is one too.
+        return (
+            f"OtelSettings(endpoint={shown_endpoint(self.endpoint)!r},"
+            f" protocol={self.protocol!r}, service_name={self.service_name!r},"
+            f" traces={self.traces}, metrics={self.metrics})"
+        )
 
     def signal_endpoint(self, signal: Literal["traces", "metrics"]) -> str:
         """The URL one signal is sent to (HTTP/protobuf: the base and ``/v1/<signal>``)."""
@@ -122,7 +167,9 @@ def resolve_settings(
         protocol=chosen,
         service_name=name,
         resource=attributes,
-        headers=_pairs(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""), "OTEL_EXPORTER_OTLP_HEADERS"),
+        headers=_pairs(
+            env.get("OTEL_EXPORTER_OTLP_HEADERS", ""), "OTEL_EXPORTER_OTLP_HEADERS", headers=True
+        ),
         max_queue_spans=max_queue_spans,
         metrics_interval_ms=metrics_interval_ms,
         traces=env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none",
@@ -134,9 +181,64 @@ def _true(value: str) -> bool:
     return value.strip().lower() == "true"
 
 
-def _pairs(text: str, variable: str) -> dict[str, str]:
+def check_endpoint(url: str) -> str:
+    """``url`` if it is a collector's URL (``http(s)://host[:port][/path]``), else a
+    :class:`ConfigError` that says why, showing the URL without its password."""
+    problem = endpoint_problem(url)
+    if problem is not None:
+        raise ConfigError(f"OTLP endpoint {shown_endpoint(url)!r}: {problem}")
+    return url
+
+
+def endpoint_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a collector's URL (None: nothing); never quotes it."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "has a space or a control character"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # urllib's message may quote a part of a mangled password
+        if "IPv6" in str(exc):
+            return "not a URL (an unclosed [)"
+        if "range" in str(exc):
+            return "the port is out of range (1-65535)"
+        return "the port is not a number"
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "not an http:// or https:// URL (such as http://127.0.0.1:4318)"
+    if not parts.hostname or not _HOST.match(parts.hostname):
+        return "has no host, or a host that is not one"
+    if port is not None and not 1 <= port <= 65535:
+        return "the port is out of range (1-65535)"
+    if "?" in url or "#" in url:
+        return "takes no query or fragment (the signal path is added to it)"
+    return None
+
+
+def shown_endpoint(url: str) -> str:
+    """``url`` as it may be shown: a user and password in it replaced with ``***``."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
+def _check_header(name: str, value: str, position: int, source: str) -> None:
+    """A :class:`ConfigError` for a header the exporters could not send; it names the
+    member's position only: the value (and a name, which may be a pasted key) is a secret."""
+    if not _TOKEN.match(name):
+        raise ConfigError(
+            f"{source}: member {position}: the name is not an HTTP header name (letters, digits"
+            " and !#$%&'*+-.^_`|~, no spaces)"
+        )
+    if not _VALUE.match(value):
+        raise ConfigError(
+            f"{source}: member {position}: the value has a control or non-ASCII character"
+            " (after percent-decoding)"
+        )
+
+
+def _pairs(text: str, variable: str, *, headers: bool = False) -> dict[str, str]:
     """``key=value,key2=value2`` (W3C baggage-like, values percent-encoded), as the SDK reads
-    it; a member without ``=`` is an error that names the variable, never the value."""
+    it; a member without ``=`` is an error that names the variable and the member's number,
+    never its text. With ``headers``, each must be a header the exporters can send (an RFC
+    9110 token, a printable ASCII value)."""
     pairs: dict[str, str] = {}
     for position, member in enumerate(text.split(","), start=1):
         if not member.strip():
@@ -147,5 +249,8 @@ def _pairs(text: str, variable: str) -> dict[str, str]:
             raise ConfigError(
                 f"{variable}: member {position} is not key=value (members are separated by commas)"
             )
-        pairs[urllib.parse.unquote(key)] = urllib.parse.unquote(value.strip())
+        key, value = urllib.parse.unquote(key), urllib.parse.unquote(value.strip())
+        if headers:
+            _check_header(key, value, position, variable)
+        pairs[key] = value
     return pairs
