@@ -21,8 +21,10 @@ from steadystream._types import TEXT_KINDS, EventKind, Outcome, TokenSource
 from steadystream.metrics._config import MetricConfig
 from steadystream.metrics._quality import andes_qoe, fluidity
 from steadystream.metrics.segments import (
+    lindley,
     segment_ids,
     segment_percentiles,
+    segment_running_max,
     segment_starts,
     segment_sum,
 )
@@ -44,6 +46,15 @@ _NS = 1e9
 ARRIVAL_WINDOW_NS = 1_000_000
 """Text events closer than this to the one before arrived together ([metrics.md#chunks])."""
 _GAP_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 100.0)
+_EXPAND_TOKENS = 1 << 22
+_EXPAND_PER_EVENT = 4
+"""The experience models take one arrival a token: up to ``_EXPAND_TOKENS`` tokens, or
+``_EXPAND_PER_EVENT`` a text event, they are laid out so; past that they run a chunk a step
+(:func:`_chunk_quality`), as a file that claims 2**31 tokens in one event would otherwise
+take 16 GiB."""
+_MAX_READ_NS = 1 << 62
+"""A stream's tokens times the pace (or the decode deadline) past this is no reading time
+int64 nanoseconds hold exactly (146 years): its QoE and fluidity are NaN."""
 # The columns that count tokens (None where the token counts are unknown).
 _TOKEN_COLUMNS = (
     "tpot_s",
@@ -337,9 +348,7 @@ def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = No
     cols["head_burst"] = _head_burst(text, gaps, gap_counts, ttft, cfg)
 
     # [metrics.md#qoe] and [metrics.md#fluidity]: the reader's first token is the answer's
-    token_times, token_counts = visible.token_times()
-    cols["qoe"] = andes_qoe(token_times, token_counts, cfg)
-    cols["fluidity"] = fluidity(token_times, token_counts, cfg)
+    cols["qoe"], cols["fluidity"] = visible.quality(cfg)
 
     # [format.md#token-counts] A peer's file that kept no token count: the one token per
     # chunk that holds each event's place is no count, so every metric of tokens is unknown.
@@ -417,12 +426,98 @@ class _TextEvents:
         first[has] = self.times[segment_starts(self.counts)[has]]
         return first
 
-    def token_times(self) -> tuple[IntArray, IntArray]:
-        """Every token's arrival time: a k-token chunk is k tokens arriving together."""
+    def quality(self, cfg: MetricConfig) -> tuple[FloatArray, FloatArray]:
+        """Andes QoE and Etalon fluidity of every stream: a k-token chunk is k tokens
+        arriving together, laid out one arrival a token while that stays small."""
         counts = segment_sum(self.tokens, self.counts).astype(np.int64)
-        if len(self.tokens) == int(counts.sum()):
-            return self.times, counts  # one token per chunk: nothing to expand
-        return np.repeat(self.times, self.tokens), counts
+        total = int(counts.sum())
+        if total > max(_EXPAND_TOKENS, _EXPAND_PER_EVENT * len(self.tokens)):
+            return _chunk_quality(self.times, self.tokens, self.counts, cfg)
+        # one token per chunk: nothing to expand (a piece of a token, 0, is no arrival)
+        one_each = bool((self.tokens == 1).all())
+        token_times = self.times if one_each else np.repeat(self.times, self.tokens)
+        return andes_qoe(token_times, counts, cfg), fluidity(token_times, counts, cfg)
+
+
+def _chunk_quality(
+    times: IntArray, tokens: IntArray, counts: IntArray, cfg: MetricConfig
+) -> tuple[FloatArray, FloatArray]:
+    """Andes QoE and Etalon fluidity a chunk a step, as ``_quality`` computes them a token a
+    step over the chunks laid out one arrival a token (the tests hold them equal).
+
+    In a chunk every token after the first arrives with no gap: the reader's buffer grows by
+    one pace a token and the carried slack by one decode deadline a token (each meets its
+    deadline), so the recursions step once a chunk, carrying ``k - 1`` paces or deadlines
+    into the next. A chunk of no token (a piece of one) is no arrival of a token.
+    """
+    keep = tokens > 0
+    t, k = times[keep], tokens[keep]
+    c = segment_sum(keep, counts).astype(np.int64)
+    n = segment_sum(k, c)
+    qoe, fluid = np.full(len(c), np.nan), np.full(len(c), np.nan)
+    if len(t) == 0:
+        return qoe, fluid
+    ids, starts = segment_ids(c), segment_starts(c)
+    has = c > 0
+    first = np.zeros(len(t), dtype=bool)
+    first[starts[has]] = True
+    last = np.where(has, starts + c - 1, 0)
+    cumulative = np.cumsum(k)
+    before = cumulative - k - (cumulative - k)[starts[ids]]  # the stream's tokens before it
+    carried = np.zeros(len(t), dtype=np.int64)  # tokens after the first of the chunk before
+    carried[1:] = k[:-1] - 1
+    carried[first] = 0
+    pace, expected = cfg.qoe_pace_ns_per_token, cfg.qoe_expected_ttft_ns
+    exact = n * max(pace, cfg.fluidity_decode_deadline_ns) < _MAX_READ_NS
+    enough = (n >= 2) & exact
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if cfg.qoe_form == "exact":
+            # The lag is its chunk's first token's: later ones arrive no later, read later.
+            late = t - expected - before * pace
+            lag = np.maximum(segment_running_max(late, c, ids=ids), 0).astype(np.float64)
+            final_lag = np.where(enough, lag[last], 0.0)
+            value = 1.0 - segment_sum(k * lag, c) / (n * n * pace / 2.0 + n * final_lag)
+        else:
+            previous = np.empty_like(t)
+            previous[1:] = t[:-1]
+            previous[first] = expected
+            interval = t - previous
+            _, buffer_ns = lindley(pace - interval + carried * pace, c)
+            digest = np.where(buffer_ns > 0, pace, interval).astype(np.float64)
+            index = before + 1  # the chunk's first token's, 1-based
+            weight = np.where(index >= 2, (2 * index - 1) / 2.0, 0.0)
+            # tokens index+1 .. before+k: digest = pace, weights summing to
+            # ((before + k)^2 - index^2) / 2
+            rest = pace / 2.0 * (k - 1).astype(np.float64) * (2.0 * before + k + 1)
+            s_actual = segment_sum(weight * digest + rest, c)
+            t_last = np.where(enough, t[last], 0).astype(np.float64)
+            ttlt = t_last + np.where(enough, buffer_ns[last] + (k[last] - 1) * pace, 0)
+            on_time = t_last < expected + n * pace
+            s_target = np.where(
+                on_time, n * n * pace / 2.0, n * (2 * ttlt - 2 * expected - n * pace) / 2.0
+            )
+            value = np.minimum(1.0, s_actual / s_target)
+        qoe[enough] = value[enough]
+
+        decode = cfg.fluidity_decode_deadline_ns
+        interval = np.diff(t, prepend=0)
+        interval[first] = t[first]
+        deadline = np.where(first, cfg.fluidity_prompt_deadline_ns, decode)
+        steps = deadline - interval
+        slack, _ = lindley(steps + carried * decode, c)
+        slack += carried * decode
+        missed = slack + steps < 0
+        met = n - segment_sum(missed, c)
+        if cfg.fluidity_form == "code":
+            weight_missed = 1 + (interval - slack - deadline) // decode
+            misses = segment_sum(np.where(missed, weight_missed, 0), c)
+        else:
+            misses = segment_sum(missed, c)
+        value = met / (met + misses)
+    timed = has & exact
+    fluid[timed] = value[timed]
+    return qoe, fluid
 
 
 def _longest_stall(

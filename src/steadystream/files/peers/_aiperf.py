@@ -36,6 +36,7 @@ from steadystream.timeline import Timeline
 __all__ = ["AiperfReader", "chunk_event"]
 
 _TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
+_COUNTS = ("tokens", "count")
 
 
 class AiperfReader:
@@ -95,8 +96,14 @@ def _outcome(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[Outcome,
     return Outcome.COMPLETE, None
 
 
-def _metric(metrics: dict[str, Any], name: str, fault: RecordFault) -> tuple[Any, float] | None:
-    """A metric's value and the factor that turns its unit into nanoseconds (or 1)."""
+def _metric(
+    metrics: dict[str, Any], name: str, fault: RecordFault, *, time: bool
+) -> tuple[Any, float] | None:
+    """A metric's value and the factor that turns its unit into nanoseconds (1 for a count).
+
+    A time must say its unit (AIPerf writes each metric's): one with none, or a count's, has
+    no scale that is not a guess. A count may leave it out.
+    """
     entry = metrics.get(name)
     if entry is None:
         return None
@@ -104,11 +111,21 @@ def _metric(metrics: dict[str, Any], name: str, fault: RecordFault) -> tuple[Any
     if type(entry) is not dict or "value" not in entry:
         fault.fail(f"{field} must be an object with a value and a unit", field)
     unit = entry.get("unit")
-    if unit in ("tokens", "count", None):
+    if not time:
+        if unit is not None and unit not in _COUNTS:
+            fault.fail(
+                f"{field}.unit must be one of {', '.join(_COUNTS)}, not {unit!r} (it is a count)",
+                field,
+            )
         return entry["value"], 1.0
     scale = _TO_NS.get(unit) if type(unit) is str else None
     if scale is None:
-        fault.fail(f"{field}.unit must be one of {', '.join(_TO_NS)}, not {unit!r}", field)
+        shown = "missing" if unit is None else repr(unit)
+        fault.fail(
+            f"{field}.unit must be one of {', '.join(_TO_NS)}, not {shown} (a time's unit is"
+            " never guessed)",
+            field,
+        )
     return entry["value"], scale
 
 
@@ -118,16 +135,24 @@ def _record(record: dict[str, Any], fault: RecordFault, number: int) -> Timeline
     if type(metrics) is not dict:
         fault.fail("metrics must be an object of {value, unit} entries", "metrics")
     times = np.zeros(0, dtype=np.int64)
-    ttft = _metric(metrics, "time_to_first_token", fault)
+    ttft = _metric(metrics, "time_to_first_token", fault, time=True)
+    icl = _metric(metrics, "inter_chunk_latency", fault, time=True)
+    if ttft is None and icl is not None:
+        # The gaps are timed from the first chunk: without its time no chunk has one, and a
+        # stall among them would vanish into a stream with no chunk at all.
+        fault.fail(
+            "metrics.inter_chunk_latency without metrics.time_to_first_token: the gaps run"
+            " from the first chunk, whose time is missing",
+            "metrics.time_to_first_token",
+        )
     if ttft is not None:
         first = fault.span(ttft[0], "metrics.time_to_first_token", scale=ttft[1], unit="its unit")
         times = np.array([first], dtype=np.int64)
-        icl = _metric(metrics, "inter_chunk_latency", fault)
         if icl is not None:
             field = "metrics.inter_chunk_latency"
             gaps = fault.numbers(icl[0], field, scale=icl[1], unit="its unit")
             times = times[0] + np.concatenate(([0], np.cumsum(gaps))).astype(np.int64)
-    latency = _metric(metrics, "request_latency", fault)
+    latency = _metric(metrics, "request_latency", fault, time=True)
     end_ns = None
     if latency is not None:
         end_ns = fault.span(
@@ -143,7 +168,7 @@ def _record(record: dict[str, Any], fault: RecordFault, number: int) -> Timeline
         stream_id=stream_id,
         times=times,
         completion_tokens=_tokens(
-            metrics, ("output_token_count", "usage_completion_tokens"), fault
+            metrics, ("output_token_count", "usage_completion_tokens"), fault, chunks=len(times)
         ),
         prompt_tokens=_tokens(metrics, ("input_sequence_length", "usage_prompt_tokens"), fault),
         end_ns=end_ns,
@@ -154,11 +179,13 @@ def _record(record: dict[str, Any], fault: RecordFault, number: int) -> Timeline
     )
 
 
-def _tokens(metrics: dict[str, Any], names: tuple[str, ...], fault: RecordFault) -> int | None:
+def _tokens(
+    metrics: dict[str, Any], names: tuple[str, ...], fault: RecordFault, chunks: int | None = None
+) -> int | None:
     for name in names:
-        found = _metric(metrics, name, fault)
+        found = _metric(metrics, name, fault, time=False)
         if found is not None:
-            return fault.count(found[0], f"metrics.{name}")
+            return fault.count(found[0], f"metrics.{name}", chunks=chunks)
     return None
 
 
@@ -182,8 +209,12 @@ def _raw_record(record: dict[str, Any], fault: RecordFault, number: int) -> Time
         fault.stamp(response["perf_ns"], f"{field}.perf_ns")
         kind, text, usage = _response_event(response, fault, field)
         if usage is not None:
-            completion_tokens = fault.count(usage.get("completion_tokens"), f"{field}.usage")
-            prompt_tokens = fault.count(usage.get("prompt_tokens"), f"{field}.usage")
+            completion_tokens = fault.count(
+                usage.get("completion_tokens"),
+                f"{field}.usage.completion_tokens",
+                chunks=len(responses),
+            )
+            prompt_tokens = fault.count(usage.get("prompt_tokens"), f"{field}.usage.prompt_tokens")
         stamps.append(response["perf_ns"] - start)
         kinds.append(int(kind))
         texts.append(text)
@@ -256,12 +287,7 @@ def chunk_event(chunk: Any) -> tuple[EventKind, str, dict[str, Any] | None]:
             return EventKind.REASONING, reasoning, usage
         calls = delta.get("tool_calls")
         if type(calls) is list and calls:
-            arguments = "".join(
-                str((c.get("function") or {}).get("arguments") or "")
-                for c in calls
-                if type(c) is dict
-            )
-            return EventKind.TOOL_CALL, arguments, usage
+            return EventKind.TOOL_CALL, "".join(map(_arguments, calls)), usage
         if delta.get("role") and len(delta) <= 2:
             return EventKind.ROLE, "", usage
         return EventKind.EMPTY, "", usage
@@ -277,3 +303,11 @@ def chunk_event(chunk: Any) -> tuple[EventKind, str, dict[str, Any] | None]:
     if usage is not None:
         return EventKind.USAGE, "", usage
     return EventKind.EMPTY, "", None
+
+
+def _arguments(call: Any) -> str:
+    """The text of a tool call's arguments in one chunk: what the reader sees grow; a
+    ``function`` that is no object (a stream that names the function alone) holds none."""
+    function = call.get("function") if type(call) is dict else None
+    arguments = function.get("arguments") if type(function) is dict else None
+    return str(arguments or "")

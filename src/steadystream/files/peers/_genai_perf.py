@@ -85,10 +85,15 @@ def _request(
     kinds, texts = [], []
     completion_tokens = prompt_tokens = None
     for index, output in enumerate(outputs):
-        kind, text, usage = _output_event(output, fault, f"response_outputs[{index}]")
+        field = f"response_outputs[{index}]"
+        kind, text, usage = _output_event(output, fault, field)
         if usage is not None:
-            completion_tokens = fault.count(usage.get("completion_tokens"), "response_outputs")
-            prompt_tokens = fault.count(usage.get("prompt_tokens"), "response_outputs")
+            completion_tokens = fault.count(
+                usage.get("completion_tokens"),
+                f"{field}.usage.completion_tokens",
+                chunks=len(stamps),
+            )
+            prompt_tokens = fault.count(usage.get("prompt_tokens"), f"{field}.usage.prompt_tokens")
         kinds.append(int(kind))
         texts.append(text)
     times = fault.ordered(np.array(stamps, dtype=np.int64) - sent, "response_timestamps")
@@ -119,7 +124,9 @@ def _output_event(
     # the first text's (or, with no text, the first event's that is not empty).
     seen: list[tuple[EventKind, str]] = []
     usage = None
-    for event in raw.strip().split("\n\n"):
+    # SSE ends a line with CRLF, LF or CR: one line end before the events are split
+    lines = raw.replace("\r\n", "\n").replace("\r", "\n")
+    for event in lines.strip().split("\n\n"):
         data = "\n".join(
             line[5:].removeprefix(" ") for line in event.split("\n") if line.startswith("data:")
         )

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_CLOCK_NS",
     "MAX_ERROR_CHARS",
     "MAX_SPAN_NS",
+    "MAX_TOKENS_PER_CHUNK",
     "RecordFault",
     "even_tokens",
     "request_timeline",
@@ -35,6 +36,10 @@ __all__ = [
 
 MAX_CHUNKS = 1 << 22
 """The most chunks one request may have (4 M): a longer list is refused, not held."""
+MAX_TOKENS_PER_CHUNK = 1 << 16
+"""The most tokens a request's total may give each chunk it timed (64 Ki): a whole answer
+buffered into one chunk is one, a total of 2**31 over three chunks is no stream's, and would
+make every metric of tokens (and the memory behind them) follow a number the file made up."""
 MAX_ERROR_CHARS = 500
 """A peer's error message is cut to this many characters (tracebacks run to pages)."""
 
@@ -47,13 +52,19 @@ MAX_CLOCK_NS = 2**63 - 1
 
 _INT32_MAX = 2**31 - 1
 _CREDENTIAL = re.compile(
-    # a key's value: quoted (to its closing quote) or bare, after an optional auth scheme
-    r"(?i)\b(authorization|proxy-authorization|x-api-key|api[-_]?key|access[-_]?token"
-    r"|refresh[-_]?token|auth[-_]?token|token|cookie|password|passwd|secret|client[-_]?secret)"
-    r"(['\"]?\s*[:=]\s*)(?:['\"]?(?:bearer|basic|token)\s+)?"
-    r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;}]+)"
-    r"|\b(bearer|basic)\s+[^\s\"',;}]+"
-    r"|\bsk-[A-Za-z0-9_-]{8,}"
+    # A key's name, after anything but a letter or digit (``OPENAI_API_KEY``, ``HF_TOKEN``,
+    # ``Ocp-Apim-Subscription-Key``), or ``key`` as a URL's query parameter (Gemini's
+    # ``?key=``); then its value: quoted (to its closing quote, Python's ``b'...'`` too) or
+    # bare (to a space, a quote, a separator or the next query parameter), after an optional
+    # auth scheme.
+    r"(?i)(?P<name>(?<![a-z0-9])(?:authorization|proxy-authorization|x-api-key|api[-_]?key"
+    r"|subscription[-_]?key|access[-_]?token|refresh[-_]?token|auth[-_]?token|token|cookie"
+    r"|password|passwd|secret|client[-_]?secret)|(?<=[?&])key)"
+    r"(?P<sep>['\"]?\s*[:=]\s*)(?:b?['\"]?(?:bearer|basic|token)\s+)?"
+    r"(?:b?\"[^\"]*\"|b?'[^']*'|[^\s\"',;}&]+)"
+    r"|\b(?P<scheme>bearer|basic)\s+[^\s\"',;}]+"
+    # keys known by their prefix: OpenAI's, Hugging Face's, Groq's, Google's
+    r"|(?<![a-z0-9])(?:sk-[a-z0-9_-]{8,}|hf_[a-z0-9]{8,}|gsk_[a-z0-9]{8,}|aiza[a-z0-9_-]{8,})"
     r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"  # a URL's user:password
 )
 
@@ -100,14 +111,24 @@ class RecordFault:
             self.fail(f"{field} must be integer nanoseconds from 0 to 2**63-1, not {shown}", field)
         return value
 
-    def count(self, value: Any, field: str) -> int | None:
-        """A token count: a non-negative integer below 2**31, or None when absent."""
+    def count(self, value: Any, field: str, *, chunks: int | None = None) -> int | None:
+        """A token count: a non-negative integer below 2**31, or None when absent.
+
+        With ``chunks`` (a completion total laid over that many timed chunks), at most
+        :data:`MAX_TOKENS_PER_CHUNK` a chunk.
+        """
         if value is None:
             return None
         if type(value) is float and value.is_integer():
             value = int(value)
         if type(value) is not int or not 0 <= value <= _INT32_MAX:
             self.fail(f"{field} must be an integer from 0 to {_INT32_MAX}, not {value!r}", field)
+        if chunks and value > chunks * MAX_TOKENS_PER_CHUNK:
+            self.fail(
+                f"{field} is {value:,} tokens over {chunks:,} chunks: more than"
+                f" {MAX_TOKENS_PER_CHUNK:,} a chunk, which no stream holds",
+                field,
+            )
         return int(value)
 
     def numbers(self, values: Any, field: str, *, scale: float, unit: str) -> Int64Array:
@@ -160,10 +181,10 @@ def scrub_error(message: Any) -> str | None:
 
 
 def _hide(match: re.Match[str]) -> str:
-    if match.group(1):
-        return f"{match.group(1)}{match.group(2)}***"
-    if match.group(3):
-        return f"{match.group(3)} ***"
+    if match["name"]:
+        return f"{match['name']}{match['sep']}***"
+    if match["scheme"]:
+        return f"{match['scheme']} ***"
     return "***"
 
 

@@ -7,8 +7,6 @@ never held whole, so memory follows the longest record, not the file.
 
 from __future__ import annotations
 
-import gzip
-import io
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -34,18 +32,45 @@ HEAD_BYTES = 64 << 10
 """How much of a file is looked at to tell its format."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_BROKEN = (OSError, EOFError, zlib.error)
+_BLOCK_BYTES = 1 << 20
 
 
-def _open(path: str) -> io.BufferedIOBase:
+def _blocks(path: str) -> Iterator[bytes]:
+    """The file's bytes a block at a time, gzip inflated.
+
+    zlib directly rather than GzipFile: a file cut short (a tool killed while it wrote)
+    gives all it holds, and its last line is then read as a cut one, where GzipFile raises
+    and drops every record. At most a block comes out of each call, so a small file that
+    inflates to gigabytes is refused by the bounds, not inflated whole first.
+    """
     try:
-        with open(path, "rb") as file:
-            gzipped = file.read(2) == _GZIP_MAGIC
-        if gzipped:
-            return gzip.GzipFile(path, "rb")
-        return open(path, "rb")
+        file = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
+    with file:
+        try:
+            raw = file.read(_BLOCK_BYTES)
+            if not raw.startswith(_GZIP_MAGIC):
+                while raw:
+                    yield raw
+                    raw = file.read(_BLOCK_BYTES)
+                return
+            inflate = zlib.decompressobj(wbits=31)
+            held = False  # zlib holds more output for the input it took
+            while raw or held:
+                if inflate.eof:  # members back to back (cat a.gz b.gz) are one file
+                    inflate = zlib.decompressobj(wbits=31)
+                out = inflate.decompress(raw, _BLOCK_BYTES)
+                held = len(out) == _BLOCK_BYTES and not inflate.eof
+                raw = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+                if out:
+                    yield out
+                if not raw and not held:
+                    raw = file.read(_BLOCK_BYTES)
+        except zlib.error as exc:
+            raise TimelineFormatError(f"not a valid gzip file ({exc})", path=path) from exc
+        except OSError as exc:
+            raise TimelineFormatError(f"cannot be read: {exc}", path=path) from exc
 
 
 def head(path: str) -> bytes:
@@ -70,40 +95,87 @@ def head(path: str) -> bytes:
 def read_documents(path: str) -> list[Any]:
     """The JSON documents of the file: one, or one a line where a tool appended runs to one
     file (``vllm bench serve --append-result``); refused past :data:`MAX_DOCUMENT_BYTES`."""
-    with _open(path) as file:
-        try:
-            data = file.read(MAX_DOCUMENT_BYTES + 1)
-        except _BROKEN as exc:
-            raise TimelineFormatError(f"cannot be read: {exc}", path=path) from exc
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise TimelineFormatError(
-            f"over {MAX_DOCUMENT_BYTES >> 20} MiB: a JSON document is read whole, and no more"
-            " than that is; split the run into several files",
-            path=path,
-        )
+    data = bytearray()  # grown in place: no second copy of a document near the bound
+    for block in _blocks(path):
+        data += block
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise TimelineFormatError(
+                f"over {MAX_DOCUMENT_BYTES >> 20} MiB: a JSON document is read whole, and no"
+                " more than that is; split the run into several files",
+                path=path,
+            )
     try:
         return [orjson.loads(data)]
     except orjson.JSONDecodeError as exc:
-        if b"\n" not in data.strip():
-            raise TimelineFormatError(f"not valid JSON ({exc})", path=path) from exc
+        # One document a line only where the first line is one: an indented document
+        # (GenAI-Perf writes one) cut short or broken is reported where it breaks.
+        if not _first_line_parses(data):
+            raise _not_json(exc, path, 1) from exc
     documents = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             try:
                 documents.append(orjson.loads(line))
             except orjson.JSONDecodeError as exc:
-                raise TimelineFormatError(
-                    f"not valid JSON ({exc})", path=path, line=number
-                ) from exc
+                raise _not_json(exc, path, number) from exc
     return documents
+
+
+def _first_line_parses(data: bytearray) -> bool:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end]
+        if line.strip():
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return False
+            return end < len(data)  # a single line is no list of documents
+        start = end + 1
+    return False
+
+
+def _not_json(exc: orjson.JSONDecodeError, path: str, line: int) -> TimelineFormatError:
+    """The error of bytes that are not JSON, at the line and column where they break
+    (``line`` is where the bytes given to the parser began)."""
+    return TimelineFormatError(
+        f"not valid JSON ({exc.msg} at column {exc.colno})",
+        path=path,
+        line=line + exc.lineno - 1,
+    )
+
+
+def _lines(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """Each line of the bytes, without its newline, and whether it had one; a line is
+    given (longer than :data:`MAX_LINE_BYTES`) as soon as it is past that bound."""
+    pending: list[bytes] = []  # the line read so far, in pieces (joined once, when it ends)
+    size = 0
+    for block in blocks:
+        parts = block.split(b"\n")
+        if len(parts) == 1:
+            pending.append(block)
+            size += len(block)
+            if size > MAX_LINE_BYTES:
+                yield b"".join(pending), False
+                return
+            continue
+        yield (b"".join((*pending, parts[0])) if pending else parts[0]), True
+        for part in parts[1:-1]:
+            yield part, True
+        pending = [parts[-1]] if parts[-1] else []
+        size = len(parts[-1])
+    if pending:
+        yield b"".join(pending), False
 
 
 class JsonLines:
     """The JSON values of a JSONL file with their line numbers, one line at a time.
 
     Blank lines are skipped. A last line cut off mid-way (no newline, not valid JSON: what a
-    tool killed while writing leaves) ends the iteration and is kept in
-    :attr:`truncated_line`; any other line that is not JSON is an error naming it.
+    tool killed while writing leaves, gzip-compressed or not) ends the iteration and is kept
+    in :attr:`truncated_line`; any other line that is not JSON is an error naming it.
     """
 
     def __init__(self, path: str) -> None:
@@ -111,19 +183,7 @@ class JsonLines:
         self.truncated_line: int | None = None
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:
-        with _open(self.path) as file:
-            try:
-                yield from self._lines(file)
-            except _BROKEN as exc:
-                raise TimelineFormatError(f"cannot be read: {exc}", path=self.path) from exc
-
-    def _lines(self, file: io.BufferedIOBase) -> Iterator[tuple[int, Any]]:
-        number = 0
-        while True:
-            line = file.readline(MAX_LINE_BYTES + 1)
-            if not line:
-                return
-            number += 1
+        for number, (line, ended) in enumerate(_lines(_blocks(self.path)), start=1):
             if len(line) > MAX_LINE_BYTES:
                 raise TimelineFormatError(
                     f"a line over {MAX_LINE_BYTES >> 20} MiB; no record is read past that",
@@ -135,10 +195,8 @@ class JsonLines:
             try:
                 value = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
-                if not line.endswith(b"\n") and not file.read(1):
+                if not ended:  # the last line, cut off
                     self.truncated_line = number
                     return
-                raise TimelineFormatError(
-                    f"not valid JSON ({exc})", path=self.path, line=number
-                ) from exc
+                raise _not_json(exc, self.path, number) from exc
             yield number, value

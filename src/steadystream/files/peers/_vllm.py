@@ -115,7 +115,7 @@ def _request(
     return request_timeline(
         stream_id=stream_id,
         times=times,
-        completion_tokens=fault.count(row["output_lens"], "output_lens") or None,
+        completion_tokens=fault.count(row["output_lens"], "output_lens", chunks=len(times)) or None,
         prompt_tokens=fault.count(row["input_lens"], "input_lens"),
         answer=answer,
         outcome=Outcome.ERROR if error else Outcome.COMPLETE,
