@@ -338,13 +338,14 @@ def _entries(timeline: Timeline) -> list[Mapping[str, Any]]:
                 dropped,
                 f"a time from the last return's ({back_ms:g} ms) to the stream's end",
             )
-        for key in ("asked_ms", "first_ms"):
-            value = entry.get(key)
-            if value is not None and not dropped - _ROUNDING_MS <= value <= end_ms:
-                raise _bad(
-                    timeline, f"{where}.{key}", value, "a time from its drop to the stream's end"
-                )
-        back_ms = entry.get("first_ms") or entry.get("asked_ms") or dropped
+        asked, first = entry.get("asked_ms"), entry.get("first_ms")
+        if asked is not None and asked < dropped - _ROUNDING_MS:
+            raise _bad(timeline, f"{where}.asked_ms", asked, "a time after its drop")
+        if first is not None and not dropped - _ROUNDING_MS <= first <= end_ms:
+            raise _bad(
+                timeline, f"{where}.first_ms", first, "a time from its drop to the stream's end"
+            )
+        back_ms = first or asked or dropped
     return entries
 
 
@@ -368,7 +369,10 @@ def _is_status(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599
 
 
-_ROUNDING_MS = 0.002  # bench writes its times in ms to three places
+# Bench writes its times in ms to three places, and a kernel's stamp of an answer (a first
+# event, the end) can come a little before the clock read after its request's send returned
+# (asked_ms): times are compared this loosely, and asked_ms only with its drop (one clock).
+_ROUNDING_MS = 1.0
 
 _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     "dropped_ms": (_is_time, "a time in ms"),
