@@ -9,7 +9,7 @@ stay fast however much is behind them::
     run = ss.read_timelines("run.jsonl").timelines          # timelines in and out
     ss.fleet_metrics(run).p99_of_worst_gap_s                # stream and fleet metrics
     ss.analyze_files(["runs/"], ss.MetricConfig())          # whole folders, Ray optional
-    ss.explain_files(["run.jsonl"])                         # which causes made each stall
+    ss.explain(run).by_cause                                # which causes made each stall
     outcome = await ss.run_bench(ss.BenchConfig(url=..., model="lab"))   # a load test
     with ss.LabServer("steady") as lab, ss.GatewayServer(
         ss.config_from_upstreams([lab.base_url])

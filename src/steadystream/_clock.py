@@ -12,6 +12,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
+from numbers import Integral
 from typing import Protocol
 
 __all__ = ["NS_PER_MS", "NS_PER_S", "Clock", "FakeClock", "MonotonicClock"]
@@ -69,7 +70,7 @@ class FakeClock:
     """
 
     def __init__(self, start_ns: int = 0) -> None:
-        self._now = start_ns
+        self._now = _instant(start_ns, "start_ns")
         self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -98,10 +99,12 @@ class FakeClock:
         return self._sleepers[0][0] if self._sleepers else None
 
     async def advance(self, delta_ns: int) -> None:
-        await self.advance_to(self._now + delta_ns)
+        """Move time on by ``delta_ns``, a whole number of nanoseconds (0 or more)."""
+        await self.advance_to(self._now + _instant(delta_ns, "delta_ns"))
 
     async def advance_to(self, target_ns: int) -> None:
         """Move time to ``target_ns``, waking every sleeper due on the way, in order."""
+        target_ns = _instant(target_ns, "target_ns")
         if target_ns < self._now:
             raise ValueError(f"time cannot go back: {target_ns} < {self._now}")
         await _settle()
@@ -128,6 +131,14 @@ class FakeClock:
     def _drop_cancelled(self) -> None:
         while self._sleepers and self._sleepers[0][2].done():
             heapq.heappop(self._sleepers)
+
+
+def _instant(value: int, name: str) -> int:
+    """Times are integer nanoseconds: a float (1.5, NaN) would make ``now_ns`` a float and
+    a NaN would compare false with every deadline, waking no one."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"{name} must be a whole number of nanoseconds, 0 or more, got {value!r}")
+    return int(value)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -15,6 +15,7 @@ import re
 from steadystream._exceptions import SpecError
 
 __all__ = [
+    "MAX_DURATION_NS",
     "UNDEFINED",
     "format_count",
     "format_duration",
@@ -48,6 +49,10 @@ _SIZE_UNITS = {
     "GB": 1000**3,
     "GiB": 1024**3,
 }
+MAX_DURATION_NS = 2**63 - 1
+"""The longest duration read: durations are held as signed 64-bit nanoseconds (numpy,
+Arrow, the timeline files), and one past this would overflow there (about 292 years)."""
+
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([A-Za-z]*)\s*$")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
 
@@ -70,7 +75,13 @@ def parse_duration(text: str, *, name: str = "duration") -> int:
     value = float(number) * _UNITS_NS[unit]
     if not math.isfinite(value):
         raise SpecError(f"{name}: {text!r} is not a finite duration")
-    return round(value)
+    ns = round(value)
+    if ns > MAX_DURATION_NS:
+        raise SpecError(
+            f"{name}: {text!r} is longer than the longest duration held"
+            f" ({MAX_DURATION_NS}ns, about 292 years)"
+        )
+    return ns
 
 
 def parse_size(text: str, *, name: str = "size") -> int:

@@ -13,11 +13,12 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic._internal._model_construction import ModelMetaclass
 
-from steadystream._exceptions import SpecError
+from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_duration
 
 __all__ = [
@@ -184,3 +185,18 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+class ConfigErrorWhenCalled(ModelMetaclass):
+    """A model built by a caller (``Scenario(...)``, ``GatewayConfig(...)``) reports what is
+    wrong as one :class:`ConfigError` naming each key, as a file does; ``model_validate``
+    (files, presets, nested models) is left as pydantic's, so its callers name their own
+    source. A metaclass, since pydantic routes ``model_validate`` through a model's own
+    ``__init__``. (pydantic's ``ModelMetaclass`` is internal: its version is pinned.)"""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as exc:
+            model = cast("type[BaseModel]", cls)
+            raise ConfigError(describe_errors(exc, cls.__name__, model)) from exc

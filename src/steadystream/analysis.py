@@ -9,17 +9,22 @@ the pooled percentiles) travel, never the timelines.
 
     >>> tables = analyze_files(["runs/"], MetricConfig())            # this process
     >>> tables = analyze_files(["runs/"], MetricConfig(), ray=True)  # a Ray task per file
-    >>> fleet_metrics(tables.table)
+    >>> fleet_metrics(tables.fleet_table())
+
+``table`` holds every row, a stream recorded at several vantage points once per vantage
+point; :meth:`RunTables.fleet_table` counts each stream once, nearest the reader, as
+``steadystream analyze`` does (:func:`~steadystream.bench.summary.one_view_per_stream`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steadystream._exceptions import InputError, SteadystreamError
+from steadystream.bench.summary import one_view_per_stream
 from steadystream.bench.verdict import load_run
 from steadystream.engine_metrics import is_engine_metrics
 from steadystream.files import TIMELINE_SUFFIXES, PathLike
@@ -52,8 +57,19 @@ class RunTables:
         """Each row's file, by its place among ``files`` (for ``one_view_per_stream``)."""
         return [n for n, f in enumerate(self.files) for _ in range(len(f.table))]
 
+    def fleet_table(self) -> StreamTable:
+        """The merged table with each stream once, at its vantage point nearest the reader:
+        what ``steadystream analyze`` measures the fleet on (``fleet_metrics`` of it gives
+        the command's numbers). A run recorded at one vantage point is ``table`` itself;
+        :meth:`view_note` says what was left out."""
+        return one_view_per_stream(self.table, self.file_numbers())[0]
 
-def timeline_files(paths: Sequence[PathLike], notes: list[str] | None = None) -> list[Path]:
+    def view_note(self) -> str | None:
+        """What :meth:`fleet_table` left out, in words (None: nothing)."""
+        return one_view_per_stream(self.table, self.file_numbers())[1]
+
+
+def timeline_files(paths: Iterable[PathLike], notes: list[str] | None = None) -> list[Path]:
     """The timeline files named, a folder standing for the timeline files under it.
 
     A folder is searched recursively and its files taken in name order, so that a rerun
@@ -65,7 +81,11 @@ def timeline_files(paths: Sequence[PathLike], notes: list[str] | None = None) ->
     link, or inside a folder also named) is taken once, at its first place, so that no
     stream counts twice; ``notes`` gets a line saying so, and one for what a folder held
     that was not a regular file.
+
+    ``paths`` is a list of paths: one path alone is refused (a text would be read as its
+    letters, and ``"/"`` walk the whole filesystem).
     """
+    paths = _path_list(paths)
     found: list[Path] = []
     seen: set[Path] = set()
     repeats = 0
@@ -112,6 +132,15 @@ def timeline_files(paths: Sequence[PathLike], notes: list[str] | None = None) ->
     return found
 
 
+def _path_list(paths: Iterable[PathLike]) -> list[PathLike]:
+    if isinstance(paths, str | bytes | os.PathLike):
+        raise TypeError(
+            f"paths must be a list of files or folders, not one {type(paths).__name__}"
+            f" (write [{os.fsdecode(paths)!r}])"
+        )
+    return list(paths)
+
+
 def file_table(path: PathLike, config: MetricConfig) -> FileTable:
     """Read one timeline file and compute its per-stream table."""
     run = load_run(Path(path), required=False)
@@ -119,7 +148,7 @@ def file_table(path: PathLike, config: MetricConfig) -> FileTable:
 
 
 def analyze_files(
-    paths: Sequence[PathLike],
+    paths: Iterable[PathLike],
     config: MetricConfig,
     *,
     ray: bool = False,
@@ -131,7 +160,11 @@ def analyze_files(
     free CPU: the files must be readable at the same path there (a shared filesystem; any
     local Ray sees this machine's files). ``ray_address`` is the cluster to join; without it,
     Ray's own rule applies (``RAY_ADDRESS``, else a local Ray started for this call).
+
+    ``table`` holds every row; ``fleet_table()`` each stream once, as ``analyze`` counts it.
     """
+    if not isinstance(config, MetricConfig):
+        raise TypeError(f"config must be a MetricConfig, got {config!r}")
     inputs: list[str] = []
     files = timeline_files(paths, inputs)
     if ray or ray_address is not None:

@@ -7,9 +7,11 @@ by request id) and, optionally, engine metrics scraped during it, and returns an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from numbers import Real
 from typing import Any
 
 from steadystream._types import Where
@@ -30,6 +32,7 @@ __all__ = [
     "assemble",
     "attribute_stalls",
     "attribute_tagged",
+    "check_files",
     "check_threshold",
     "explain",
 ]
@@ -175,17 +178,20 @@ class StreamsSeen:
 
 
 def explain(
-    timelines: Sequence[Timeline],
+    timelines: Iterable[Timeline],
     *,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS,
     engine: EngineSamples | None = None,
     worst: int = 10,
-    files: Sequence[int] | None = None,
+    files: Iterable[int] | None = None,
 ) -> Explanation:
     """Attribute every stall of ``timelines`` (see the module docstring). ``files`` is the
     file each timeline came from, where they came from several: an id reused by another file
     at the same vantage point is another stream (:func:`~.streams.stream_numbers`)."""
     check_threshold(stall_threshold_ns)
+    # Read once (a generator is walked more than once below), and one file per timeline.
+    timelines = list(timelines)
+    files = check_files(files, len(timelines))
     subjects, by_stream = subjects_and_edges(timelines, files)
     stalls = attribute_stalls(
         subjects, by_stream, Neighbours.of(subjects), engine, stall_threshold_ns
@@ -195,8 +201,36 @@ def explain(
 
 
 def check_threshold(stall_threshold_ns: int) -> None:
-    if stall_threshold_ns <= 0:
-        raise ValueError(f"stall_threshold_ns must be positive, got {stall_threshold_ns}")
+    """A stall threshold is a finite number of nanoseconds above zero: NaN or infinity
+    would find no stall at all, silently."""
+    ok = (
+        isinstance(stall_threshold_ns, Real)
+        and not isinstance(stall_threshold_ns, bool)
+        and math.isfinite(stall_threshold_ns)
+        and float(stall_threshold_ns) > 0
+    )
+    if not ok:
+        raise ValueError(
+            f"stall_threshold_ns must be a finite number of nanoseconds above 0,"
+            f" got {stall_threshold_ns!r}"
+        )
+
+
+def check_files(
+    files: Iterable[int] | None, timelines: int, *, name: str = "files"
+) -> list[int] | None:
+    """``files`` as a list, one file number per timeline (``name`` is the parameter)."""
+    if files is None:
+        return None
+    if isinstance(files, str | bytes):
+        raise TypeError(f"{name} must be a sequence of file numbers, one per timeline")
+    files = list(files)
+    if len(files) != timelines:
+        raise ValueError(
+            f"{name} holds {len(files)} file numbers for {timelines} timelines"
+            " (one per timeline, in their order)"
+        )
+    return files
 
 
 def attribute_stalls(

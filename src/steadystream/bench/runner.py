@@ -60,6 +60,31 @@ class RunOptions:
     disconnect: DisconnectPolicy | None = None  # readers who drop and come back
     run_id: str = field(default_factory=new_run_id)
 
+    def __post_init__(self) -> None:
+        # Checked here, not when the run starts: a NaN or infinite duration never ends.
+        if self.max_requests is not None and not _whole(self.max_requests, 1):
+            raise SpecError(
+                f"max_requests (--requests) must be a whole number of at least 1,"
+                f" got {self.max_requests!r}"
+            )
+        if self.duration_ns is not None and not _whole(self.duration_ns, 1):
+            raise SpecError(
+                f"duration_ns (--duration) must be a whole number of nanoseconds above 0,"
+                f" got {self.duration_ns!r}"
+            )
+        if not _whole(self.grace_ns, 0):
+            raise SpecError(
+                f"grace_ns (--grace) must be a whole number of nanoseconds, 0 or more,"
+                f" got {self.grace_ns!r}"
+            )
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise SpecError(f"run_id must be a non-empty text, got {self.run_id!r}")
+
+
+def _whole(value: object, minimum: int) -> bool:
+    """An integer (not a bool, not a float, however whole) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
 
 @dataclass
 class RunResult:

@@ -92,6 +92,20 @@ class Share:
 _WHOLE = Share()
 
 
+def _whole(value: object, minimum: int) -> bool:
+    """An integer (not a bool, not a float, however whole) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _finite_positive(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """``concurrency`` requests in flight at all times; slots open over ``ramp_ns``."""
@@ -101,10 +115,14 @@ class ClosedLoop:
     share: Share = _WHOLE
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise SpecError(f"--concurrency must be at least 1, got {self.concurrency}")
-        if self.ramp_ns < 0:
-            raise SpecError("--ramp cannot be negative")
+        if not _whole(self.concurrency, 1):
+            raise SpecError(
+                f"--concurrency must be a whole number of at least 1, got {self.concurrency!r}"
+            )
+        if not _whole(self.ramp_ns, 0):
+            raise SpecError(
+                f"--ramp must be a whole number of nanoseconds, 0 or more, got {self.ramp_ns!r}"
+            )
 
     def slot_openings(self) -> list[int]:
         """When each slot opens, as offsets from the start."""
@@ -128,14 +146,20 @@ class OpenLoop:
     share: Share = _WHOLE
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate) and self.rate > 0):
-            raise SpecError(f"--rate must be a positive number of requests/s, got {self.rate}")
-        if not (math.isfinite(self.burstiness) and self.burstiness > 0):
-            raise SpecError(f"--burstiness must be positive (1.0 = Poisson), got {self.burstiness}")
-        if self.ramp_ns < 0:
-            raise SpecError("--ramp cannot be negative")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise SpecError(f"--concurrency must be at least 1, got {self.max_concurrency}")
+        if not _finite_positive(self.rate):
+            raise SpecError(f"--rate must be a positive number of requests/s, got {self.rate!r}")
+        if not _finite_positive(self.burstiness):
+            raise SpecError(
+                f"--burstiness must be positive (1.0 = Poisson), got {self.burstiness!r}"
+            )
+        if not _whole(self.ramp_ns, 0):
+            raise SpecError(
+                f"--ramp must be a whole number of nanoseconds, 0 or more, got {self.ramp_ns!r}"
+            )
+        if self.max_concurrency is not None and not _whole(self.max_concurrency, 1):
+            raise SpecError(
+                f"--concurrency must be a whole number of at least 1, got {self.max_concurrency!r}"
+            )
 
     def offsets(self) -> Iterator[int]:
         """This share's arrival offsets in ns from the start, without end."""

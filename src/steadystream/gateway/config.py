@@ -30,7 +30,13 @@ from pydantic import (
 
 from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_size
-from steadystream._validation import Duration, Workers, describe_errors, usable_cores
+from steadystream._validation import (
+    ConfigErrorWhenCalled,
+    Duration,
+    Workers,
+    describe_errors,
+    usable_cores,
+)
 from steadystream._yaml import load_yaml
 from steadystream.otel.settings import endpoint_problem, shown_endpoint
 from steadystream.protocol.apis import Api
@@ -614,7 +620,7 @@ class _RefusedUrl:
         return repr(self.shown)
 
 
-class GatewayConfig(_Section):
+class GatewayConfig(_Section, metaclass=ConfigErrorWhenCalled):
     """The whole configuration file."""
 
     server: ServerConfig = ServerConfig()
@@ -671,6 +677,10 @@ def config_from_mapping(
     data: Mapping[str, Any], *, source: str = "gateway config"
 ) -> GatewayConfig:
     """Validate a mapping (a parsed YAML file); a :class:`ConfigError` names what is wrong."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: a gateway configuration is a mapping of keys, got {type(data).__name__}"
+        )
     try:
         return GatewayConfig.model_validate(dict(data))
     except ValidationError as exc:
@@ -733,7 +743,12 @@ def config_from_upstreams(
     port: int = 8080,
     api_key_env: str | None = None,
 ) -> GatewayConfig:
-    """The quick start: these upstreams in priority order, defaults for everything else."""
+    """The quick start: these upstreams in priority order, defaults for everything else.
+
+    ``urls`` is a list: one URL alone is refused (a text would be one upstream per letter).
+    """
+    if isinstance(urls, str | bytes):
+        raise TypeError(f"urls must be a list of base URLs, not one text (write [{urls!r}])")
     upstreams = [
         {"name": f"upstream-{i}", "base_url": url, "priority": i, "api_key_env": api_key_env}
         for i, url in enumerate(urls, start=1)

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from steadystream._validation import ConfigErrorWhenCalled
+
 __all__ = [
     "BackgroundParams",
     "EmissionParams",
@@ -176,7 +178,7 @@ class ServerParams(_Params):
     keep_requests: int = Field(10_000, ge=1, description="ground-truth records kept")
 
 
-class Scenario(_Params):
+class Scenario(_Params, metaclass=ConfigErrorWhenCalled):
     """A named, complete set of lab parameters."""
 
     name: str = "custom"

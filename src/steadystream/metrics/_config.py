@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Real
 
 from steadystream._units import format_duration
 
@@ -35,10 +37,15 @@ class MetricConfig:
             "fluidity_decode_deadline_ns",
         )
         for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.jitter_flag <= 1:
-            raise ValueError(f"jitter_flag must be above 1, got {self.jitter_flag}")
+            if not _finite_above(getattr(self, name), 0):
+                raise ValueError(
+                    f"{name} must be a finite number of nanoseconds above 0,"
+                    f" got {getattr(self, name)!r}"
+                )
+        if not _finite_above(self.jitter_flag, 1):
+            raise ValueError(
+                f"jitter_flag must be a finite number above 1, got {self.jitter_flag!r}"
+            )
         if self.qoe_form not in ("exact", "discrete"):
             raise ValueError(f"qoe_form must be 'exact' or 'discrete', got {self.qoe_form!r}")
         if self.fluidity_form not in ("documented", "code"):
@@ -56,3 +63,14 @@ class MetricConfig:
             f" {format_duration(self.fluidity_decode_deadline_ns)} after"
             f" ({self.fluidity_form} form)"
         )
+
+
+def _finite_above(value: object, low: float) -> bool:
+    # NaN compares false with everything, so "value <= 0" alone lets it through, and a
+    # NaN threshold silently makes every stream good and none stalled (or the reverse).
+    return (
+        isinstance(value, Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and float(value) > low
+    )

@@ -260,6 +260,8 @@ def stream_metrics(timeline: Timeline, config: MetricConfig | None = None) -> St
 def stream_table(timelines: Sequence[Timeline], config: MetricConfig | None = None) -> StreamTable:
     """Per-stream metrics of every timeline, computed for all streams at once."""
     cfg = config or MetricConfig()
+    if not isinstance(timelines, Sequence):  # (a generator: read once, here)
+        timelines = list(timelines)
     n = len(timelines)
     text = _TextEvents.gather(timelines)
     cols: dict[str, FloatArray] = {}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,6 +14,7 @@ import steadystream.report.charts as charts
 import steadystream.report.data as data
 from steadystream._units import format_duration, format_seconds
 from steadystream.attribution import EngineSamples, Explanation, explain
+from steadystream.attribution.explain import check_files
 from steadystream.bench.summary import one_view_note, one_view_rows
 from steadystream.findings import PER_GAP_FIGURES, find, is_rechunked
 from steadystream.glass.edges import compare_edges, rendered_view
@@ -56,18 +58,18 @@ FINDING_CHARTS = {
 
 
 def build_report(
-    timelines: Sequence[Timeline],
+    timelines: Iterable[Timeline],
     *,
     config: MetricConfig | None = None,
-    baseline: Sequence[Timeline] | None = None,
+    baseline: Iterable[Timeline] | None = None,
     whatif: WhatIf | None = None,
     title: str = "Stream report",
     sources: Sequence[str] = (),
     baseline_sources: Sequence[str] = (),
     notes: Sequence[str] = (),
     engine: EngineSamples | None = None,
-    files: Sequence[int] | None = None,
-    baseline_files: Sequence[int] | None = None,
+    files: Iterable[int] | None = None,
+    baseline_files: Iterable[int] | None = None,
 ) -> Report:
     """The report of a run, compared with ``baseline`` when one is given.
 
@@ -80,8 +82,23 @@ def build_report(
     ``files`` (and ``baseline_files``) are the file each timeline came from, where they came
     from several: two files that reuse a stream id hold two streams
     (:func:`~steadystream.bench.summary.one_view_per_stream`).
+
+    ``timelines`` and ``baseline`` may be any iterable (read once); ``sources``,
+    ``baseline_sources`` and ``notes`` are lists of texts (one text alone is refused, not
+    read letter by letter).
     """
     cfg = config or MetricConfig()
+    # Read each iterable once: a generator would be used up by the first pass below and
+    # leave an empty run to report.
+    timelines = list(timelines)
+    baseline = None if baseline is None else list(baseline)
+    files = check_files(files, len(timelines))
+    baseline_files = check_files(
+        baseline_files, 0 if baseline is None else len(baseline), name="baseline_files"
+    )
+    sources = _texts(sources, "sources")
+    baseline_sources = _texts(baseline_sources, "baseline_sources")
+    notes = _texts(notes, "notes")
     edges = compare_edges(timelines, cfg)
     base_edges = None if baseline is None else compare_edges(baseline, cfg)
     timelines, view_note = rendered_view(timelines)
@@ -138,6 +155,14 @@ def build_report(
         whatif=None if whatif is None else _whatif_table(whatif),
         edges=None if edges is None else edges_table(edges, base_edges),
     )
+
+
+def _texts(values: Sequence[str], name: str) -> list[str]:
+    """``values`` as a list of texts; one text (or path) alone is a caller's slip, which
+    would otherwise be read as its letters."""
+    if isinstance(values, str | bytes | os.PathLike):
+        raise TypeError(f"{name} must be a list of texts, not one {type(values).__name__}")
+    return list(values)
 
 
 def _ids_and_wheres(timelines: Sequence[Timeline]) -> tuple[list[str], list[str]]:

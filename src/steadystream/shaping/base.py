@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_HIGH_WATERMARK",
     "DEFAULT_LOW_WATERMARK",
     "DEFAULT_TAIL_NS",
+    "MAX_DURATION_NS",
     "TAIL_PARAM",
     "Pacer",
     "Param",
@@ -115,12 +116,23 @@ TAIL_PARAM = Param(
 )
 
 
+MAX_DURATION_NS = 2**62
+"""The longest duration a pacer takes (about 146 years): a recorded instant plus it still
+fits the 64-bit nanoseconds that release times are held in."""
+
+
 def check_duration(pacer: str, name: str, value: int, *, allow_zero: bool = False) -> int:
-    """A whole number of nanoseconds, positive (or zero when allowed)."""
+    """A whole number of nanoseconds, positive (or zero when allowed), at most
+    :data:`MAX_DURATION_NS`."""
     low = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         need = "zero or more" if allow_zero else "more than zero"
         raise SpecError(f"{pacer}: {name} must be a duration {need} (like 120ms), got {value!r}")
+    if value > MAX_DURATION_NS:
+        raise SpecError(
+            f"{pacer}: {name} must be a duration of at most about 146 years (2**62 ns),"
+            f" got {value!r}ns"
+        )
     return value
 
 
@@ -194,6 +206,7 @@ class Pacer(ABC):
         self._held_tokens = 0
         self._last_release: int | None = None
         self._closed = False
+        self._used = False  # pushed to or closed: it has paced (part of) a stream
         self._draining = False
         self._drain_step = 0
         self._drain_next = 0
@@ -207,6 +220,7 @@ class Pacer(ABC):
         """An event arrived at ``now``."""
         if self._closed:
             raise RuntimeError(f"{self.name}: push after close")
+        self._used = True
         self._emit(now, self._settle(now))
         paced = is_paced(event)
         self._items.append(Item(event, paced))
@@ -236,6 +250,7 @@ class Pacer(ABC):
         """No more input: start draining what is held (see the module docstring)."""
         if self._closed:
             return
+        self._used = True
         self._emit(now, self._settle(now))
         self._start_drain(now)
         self._emit(now, self._settle(now))
@@ -248,6 +263,12 @@ class Pacer(ABC):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def used(self) -> bool:
+        """Whether it has paced (part of) a stream: an event pushed, or closed. A pacer paces
+        one stream; :meth:`fresh` makes another."""
+        return self._used
 
     @property
     def done(self) -> bool:

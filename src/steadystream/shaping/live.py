@@ -57,8 +57,14 @@ async def pace(
     """Yield the events of ``source`` as ``pacer`` releases them, on ``clock``.
 
     ``pacer`` is used as given (one pacer per stream; its ``buffered`` can be watched while
-    pacing). ``high_watermark=None`` turns backpressure off.
+    pacing): one that already paced a stream is refused (a closed pacer would drop every
+    event); ``pacer.fresh()`` makes another. ``high_watermark=None`` turns backpressure off.
     """
+    if pacer.used:
+        raise ValueError(
+            f"pacer {pacer.spec()} has already paced a stream (one pacer paces one stream);"
+            " pass pacer.fresh() for another"
+        )
     check_watermarks(pacer, high_watermark, low_watermark)
     link = _Link(pacer, clock, high_watermark, low_watermark)
     reader = asyncio.create_task(link.read(source))

@@ -12,14 +12,16 @@ Per pacer:
 
 The best pacer is the one, among those whose added TTFT p99 is within ``max_added_ttft``
 (all of them when no limit is set), with the fewest stalls, then the lowest p99 worst gap,
-then the lowest p99-of-p99 gap, then the shortest tail delay p99. Pure: nothing is read,
-written or printed here.
+then the lowest p99-of-p99 gap, then the shortest tail delay p99; over no streams at all there
+is no evidence, and no best. Pure: nothing is read, written or printed here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -114,8 +116,8 @@ class WhatIf:
 
 
 def what_if(
-    timelines: Sequence[Timeline],
-    pacers: Sequence[Pacer],
+    timelines: Iterable[Timeline],
+    pacers: Iterable[Pacer],
     *,
     config: MetricConfig | None = None,
     max_added_ttft_ns: Nanos | None = None,
@@ -126,8 +128,18 @@ def what_if(
     """Simulate ``pacers`` over ``timelines`` and compare (see the module docstring).
 
     ``keep_timelines`` keeps the paced timelines on each outcome, for writing them out.
+    ``max_added_ttft_ns`` is a finite number of nanoseconds, zero or more (None: no limit).
     """
+    _check_limit(max_added_ttft_ns)
     cfg = config or MetricConfig()
+    # Each is read several times (once per pacer): a generator would be used up by the first.
+    timelines = list(timelines)
+    pacers = list(pacers)
+    for pacer in pacers:
+        if not isinstance(pacer, Pacer):
+            raise TypeError(
+                f"pacers must be Pacer objects (parse_pacer makes one from a spec), got {pacer!r}"
+            )
     before = Scorecard.of(fleet_metrics(stream_table(timelines, cfg), cfg))
     first_before, last_before = _text_span(timelines)
     outcomes: list[PacerOutcome] = []
@@ -161,8 +173,23 @@ def what_if(
         max_added_ttft_ns=max_added_ttft_ns,
         before=before,
         pacers=outcomes,
-        best=_best(outcomes),
+        best=_best(outcomes) if timelines else None,
     )
+
+
+def _check_limit(limit_ns: object) -> None:
+    # NaN compares false with everything: as a limit it would make every pacer ineligible.
+    ok = limit_ns is None or (
+        isinstance(limit_ns, Real)
+        and not isinstance(limit_ns, bool)
+        and math.isfinite(limit_ns)
+        and float(limit_ns) >= 0
+    )
+    if not ok:
+        raise ValueError(
+            f"max_added_ttft_ns must be a finite number of nanoseconds, 0 or more (or None),"
+            f" got {limit_ns!r}"
+        )
 
 
 def _within(added_ns: npt.NDArray[np.float64], limit_ns: Nanos | None) -> bool:
