@@ -52,6 +52,19 @@ Duration = Annotated[int, BeforeValidator(_duration)]
 """Nanoseconds, written as ``1.5s``, ``400ms`` or a number of seconds."""
 
 
+def as_written(model: BaseModel) -> dict[str, Any]:
+    """``model``'s fields as a file would say them, so that validating them again gives the
+    same model: a :data:`Duration` is held in ns but a bare number reads as seconds, so it is
+    written with its unit (``10000000000ns``), never as the number it holds."""
+    data = model.model_dump()
+    for name, field in type(model).model_fields.items():
+        if isinstance(data.get(name), int) and any(
+            getattr(rule, "func", None) is _duration for rule in field.metadata
+        ):
+            data[name] = f"{data[name]}ns"
+    return data
+
+
 def _from_text(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
 

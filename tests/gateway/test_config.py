@@ -118,3 +118,18 @@ def test_missing_environment_variables_are_named() -> None:
     tenants = config_from_mapping(config(tenants=[{"name": "t", "api_key_env": ["T_KEY"]}]))
     with pytest.raises(ConfigError, match="T_KEY"):
         create_app(tenants, env={})
+
+
+def test_command_line_server_options_keep_the_files_timeouts() -> None:
+    # A duration is held in ns; validated again as a bare number it read as seconds: every
+    # gateway started with --port had its header and body timeouts made a billion times
+    # longer (no slow-client bound at all), or, with durations bounded, refused to start.
+    from steadystream.gateway.config import config_from_mapping, with_server
+
+    config = config_from_mapping(
+        {"upstreams": [{"name": "a", "base_url": "http://127.0.0.1:9/v1"}],
+         "server": {"header_timeout": "3s", "body_timeout": 45}},
+    )  # fmt: skip
+    server = with_server(config, {"port": 18_099}).server
+    assert server.port == 18_099
+    assert (server.header_timeout, server.body_timeout) == (3_000_000_000, 45_000_000_000)

@@ -34,6 +34,7 @@ from steadystream._validation import (
     ConfigErrorWhenCalled,
     Duration,
     Workers,
+    as_written,
     describe_errors,
     usable_cores,
 )
@@ -703,7 +704,7 @@ def with_server(config: GatewayConfig, overrides: Mapping[str, Any]) -> GatewayC
     if not overrides:
         return config
     try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), **overrides})
+        server = ServerConfig.model_validate({**as_written(config.server), **overrides})
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
