@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -383,7 +384,8 @@ def test_a_word_true_in_a_text_is_no_boolean(tmp_path: Path) -> None:
 
 def test_writer_refuses_what_a_reader_would_reject(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    backwards = bare_stream("back").replace(times=np.array([5, 4, 6], dtype=np.int64))
+    backwards = bare_stream("back")  # (the constructor refuses such times: set them after)
+    backwards.times = np.array([5, 4, 6], dtype=np.int64)
     with JsonlWriter(path) as writer:
         writer.write(bare_stream("ok"))
         with pytest.raises(InputError, match="'back' cannot be written: times must not"):
@@ -485,3 +487,92 @@ def test_a_small_gzip_file_holding_a_huge_line_is_refused_a_block_at_a_time(
     assert b"".join(pieces) == line
     with pytest.raises(TimelineFormatError, match="a line longer than 1 MiB"):
         read_jsonl(path)
+
+
+# -- what the writer refuses, and what a refused write leaves ----------------------------------
+
+# Set after construction (the constructor refuses most of these): the writer holds on its own.
+_SET_AFTER: list[tuple[str, Any, str]] = [
+    ("times", np.array([1.5, 2.0, 3.0]), "times must hold integers, not float64"),
+    ("tokens", np.array([1.5, 1.0]), "tokens must hold integers, not float64"),
+    ("times", np.array([[1, 2]] * 2), "times must be a 1-D array of integers, not 2-D"),
+    ("times", np.array([2**63, 2**63 + 1], np.uint64), "times holds 9223372036854775809"),
+    ("times", np.array([5, 1]), "times must not decrease"),
+    ("tokens", np.array([1]), "tokens has 1 entries, times has 2"),
+    ("kinds", np.array([-1, 1]), "kinds holds -1, which uint8 cannot"),
+    ("kinds", np.array([1, 99], np.uint8), "kinds holds a value that is no EventKind"),
+    ("stream_id", 7, "id must be a string, not int"),
+    ("where", "nowhere", "where must be one of"),
+    ("error", 5, "error must be a string or None, not int"),
+    ("header_ns", 1.5, "header_ns must be an integer of nanoseconds or None, not 1.5"),
+    ("header_ns", True, "header_ns must be an integer of nanoseconds or None, not True"),
+    ("end_ns", 2**63, "end_ns must be an integer of 64 bits"),
+    ("started_at", True, "started_at must be a finite number of seconds or None"),
+    ("started_at", "now", "started_at must be a finite number of seconds or None"),
+    ("labels", {1: "a"}, "labels must map names to strings"),
+    ("usage", {"total_tokens": 2**63}, "usage must map names to integers from 0 to below 2"),
+    ("annotations", {"cause": ["x"]}, "annotation 'cause' has 1 entries, times has 2"),
+    ("meta", ["not", "a", "dict"], "meta must be a dict, not list"),
+]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", PARQUET])
+@pytest.mark.parametrize(
+    ("field", "value", "message"), _SET_AFTER, ids=[f"{f}-{m[:24]}" for f, _, m in _SET_AFTER]
+)
+def test_writer_refuses_what_was_set_after_construction(
+    tmp_path: Path, suffix: str, field: str, value: Any, message: str
+) -> None:
+    bad = make_timeline([1, 2], role_ms=None)
+    setattr(bad, field, value)
+    with pytest.raises(InputError, match=re.escape(message)):
+        write_timelines(tmp_path / f"run{suffix}", [bad])
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", PARQUET])
+def test_a_refused_write_keeps_the_file_that_was_there(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"run{suffix}"
+    write_timelines(path, STREAMS)
+    before = path.read_bytes()
+    path.chmod(0o640)
+    bad = bare_stream("bad")
+    bad.times = np.array([5, 1], dtype=np.int64)
+    with pytest.raises(InputError, match="'bad' cannot be written"):
+        write_timelines(path, [bare_stream("good"), bad])
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file is left
+    write_timelines(path, [bare_stream("good")])  # a write that succeeds replaces it
+    assert [t.stream_id for t in read_timelines(path).timelines] == ["good"]
+    assert path.stat().st_mode & 0o777 == 0o640  # and keeps its permissions
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_a_write_through_a_link_replaces_the_file_it_names(tmp_path: Path) -> None:
+    target = tmp_path / "runs" / "run.jsonl"
+    target.parent.mkdir()
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(target)
+    write_timelines(link, [bare_stream("a")])
+    assert link.is_symlink()
+    assert [t.stream_id for t in read_timelines(target).timelines] == ["a"]
+
+
+def test_a_write_into_a_missing_folder_names_the_file_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "run.jsonl"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(path))):
+        write_timelines(path, [bare_stream("a")])
+
+
+def test_gzip_header_names_the_file_not_the_temporary_one(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl.gz"
+    write_timelines(path, [bare_stream("a")])
+    data = path.read_bytes()
+    assert data[3] & 0x08  # FNAME is set, and holds the name the file has
+    assert data[10:].split(b"\0", 1)[0] == b"run.jsonl"
+
+
+def test_kind_letters_refuses_negative_kinds() -> None:
+    from steadystream.files._blocks import kind_letters
+
+    assert kind_letters(np.array([-1, 1])) is None  # take() would read -1 as the last letter
+    assert kind_letters(np.array([1, 7])) == "cn"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import InitVar, dataclass, field, fields
+from enum import Enum
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,15 +33,39 @@ from steadystream._types import (
 )
 
 __all__ = [
+    "EVENT_ARRAYS",
     "SCHEMA",
+    "SKEW_NS",
     "Timeline",
     "assign_tokens",
     "estimate_tokens",
+    "event_array",
     "is_text_event",
     "is_text_kind",
 ]
 
 SCHEMA = "steadystream.timeline/1"
+
+# How far before the request sent a time may lie. No time can be earlier, and writers refuse
+# one, but earlier bench versions read the clock after the send returned and could stamp an
+# answer's head (a kernel stamp) a few microseconds before it. Files they wrote must still
+# read, and whatever a reader returns can be built again.
+SKEW_NS = 1_000_000
+
+EVENT_ARRAYS: dict[str, np.dtype[Any]] = {  # (numpy keeps one object per dtype: `is` tests)
+    "times": np.dtype(np.int64),
+    "tokens": np.dtype(np.int32),
+    "wire_bytes": np.dtype(np.int32),
+    "text_bytes": np.dtype(np.int32),
+    "kinds": np.dtype(np.uint8),
+}
+"""The parallel event arrays of a :class:`Timeline`, and the dtype each holds."""
+
+_INT64 = EVENT_ARRAYS["times"]
+_INT64_LIMIT = 2**63
+_INT32_MAX = 2**31 - 1
+_KIND_VALUES = frozenset(int(k) for k in EventKind)
+_E = TypeVar("_E", bound=Enum)
 
 _TEXT_KIND_VALUES = np.array(sorted(int(k) for k in TEXT_KINDS), dtype=np.uint8)
 _IS_TEXT_KIND = np.isin(np.arange(256), _TEXT_KIND_VALUES)  # by kind value: one lookup
@@ -84,16 +109,50 @@ class Timeline:
     annotations: dict[str, list[str | None]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        n = len(self.times)
+    _checked: InitVar[bool] = False
+
+    def __post_init__(self, _checked: bool) -> None:
+        # Cheap where the values already are what they should be (as producers' are): a type
+        # test each, and one vectorised pass over ``times``. Construction is on hot paths: a
+        # file reader builds a timeline a line, after checking every field of a whole block
+        # of lines at once (files/_blocks.py), and passes ``_checked`` not to check twice.
+        if _checked:
+            return
+        if type(self.where) is not Where:
+            self.where = _member(Where, self.where, "where")
+        if type(self.outcome) is not Outcome:
+            self.outcome = _member(Outcome, self.outcome, "outcome")
+        if type(self.token_source) is not TokenSource:
+            self.token_source = _member(TokenSource, self.token_source, "token_source")
+        if type(self.stream_id) is not str:
+            raise ValueError(f"stream_id must be a string, not {type(self.stream_id).__name__}")
+        for name in ("header_ns", "first_byte_ns", "end_ns"):
+            value = getattr(self, name)
+            if value is not None and not (type(value) is int and 0 <= value < _INT64_LIMIT):
+                setattr(self, name, _nanos(value, name))
+        if self.started_at is not None and type(self.started_at) is not float:
+            self.started_at = _seconds(self.started_at)
+        times = self.times
+        if not (type(times) is np.ndarray and times.dtype is _INT64 and times.ndim == 1):
+            self.times = times = event_array(times, "times")
+        n = len(times)
         for name in ("tokens", "wire_bytes", "text_bytes", "kinds"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"{name} has {len(getattr(self, name))} entries, times has {n}")
+            array = getattr(self, name)
+            if not (
+                type(array) is np.ndarray and array.dtype is EVENT_ARRAYS[name] and array.ndim == 1
+            ):
+                setattr(self, name, array := event_array(array, name))
+            if len(array) != n:
+                raise ValueError(f"{name} has {len(array)} entries, times has {n}")
         if self.texts is not None and len(self.texts) != n:
             raise ValueError(f"texts has {len(self.texts)} entries, times has {n}")
         for name, notes in self.annotations.items():
             if len(notes) != n:
                 raise ValueError(f"annotation {name!r} has {len(notes)} entries, times has {n}")
+        if n:
+            fault = times_fault(times)
+            if fault is not None:
+                raise ValueError(fault)
 
     # -- builders ---------------------------------------------------------------------------
 
@@ -118,31 +177,35 @@ class Timeline:
     ) -> Timeline:
         """Build a timeline from ``(time_ns, text, tokens, kind[, wire_bytes])`` events.
 
+        Each event is checked: an integer time in nanoseconds (a float is refused, not
+        truncated), a string of text, a count of tokens from 0, a known :class:`EventKind`.
         ``first_byte_ns`` defaults to the first event's time and ``end_ns`` to the last's.
         """
-        rows = [Event(*e) for e in events]
-        times = np.fromiter((e.time_ns for e in rows), dtype=np.int64, count=len(rows))
+        rows = [_event(index, e) for index, e in enumerate(events)]
+        count = len(rows)
+        times = np.fromiter((e.time_ns for e in rows), dtype=np.int64, count=count)
         text_bytes = np.fromiter(
-            (len(e.text.encode()) for e in rows), dtype=np.int32, count=len(rows)
+            (_utf8_size(i, e.text) for i, e in enumerate(rows)), np.int32, count
         )
+        for name, notes in (annotations or {}).items():
+            if isinstance(notes, str):  # a string is a sequence too: of letters, not labels
+                raise ValueError(f"annotation {name!r} must be a list of labels, not a string")
         return cls(
             stream_id=stream_id,
-            where=Where(where),
+            where=where,  # type: ignore[arg-type]  # (the constructor takes the value)
             times=times,
-            tokens=np.fromiter((e.tokens for e in rows), dtype=np.int32, count=len(rows)),
-            wire_bytes=np.fromiter(
-                (e.wire_bytes or 0 for e in rows), dtype=np.int32, count=len(rows)
-            ),
+            tokens=np.fromiter((e.tokens for e in rows), dtype=np.int32, count=count),
+            wire_bytes=np.fromiter((e.wire_bytes or 0 for e in rows), dtype=np.int32, count=count),
             text_bytes=text_bytes,
-            kinds=np.fromiter((int(e.kind) for e in rows), dtype=np.uint8, count=len(rows)),
+            kinds=np.fromiter((e.kind for e in rows), dtype=np.uint8, count=count),
             texts=[e.text for e in rows] if keep_text else None,
             header_ns=header_ns,
             first_byte_ns=first_byte_ns if first_byte_ns is not None else _first(times),
             end_ns=end_ns if end_ns is not None else _last(times),
-            outcome=Outcome(outcome),
+            outcome=outcome,  # type: ignore[arg-type]
             error=error,
             usage=dict(usage) if usage is not None else None,
-            token_source=TokenSource(token_source),
+            token_source=token_source,  # type: ignore[arg-type]
             labels=dict(labels or {}),
             started_at=started_at,
             annotations={k: list(v) for k, v in (annotations or {}).items()},
@@ -180,7 +243,7 @@ class Timeline:
             "meta",
         )
         return all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays) and all(
-            getattr(self, s) == getattr(other, s) for s in scalars
+            _same(getattr(self, s), getattr(other, s)) for s in scalars
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -230,9 +293,156 @@ class Timeline:
         return self.replace(texts=None)
 
     def replace(self, **changes: Any) -> Timeline:
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """A copy with ``changes``, checked as a new timeline is."""
+        values = {name: getattr(self, name) for name in _FIELD_NAMES}
         values.update(changes)
         return Timeline(**values)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Timeline))
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def event_array(value: Any, name: str) -> npt.NDArray[Any]:
+    """``value`` as the event array ``name`` (1-D, of its dtype in :data:`EVENT_ARRAYS`).
+
+    Only integers are taken, and only ones the dtype holds: a float array is refused, not
+    truncated, and a value out of range is refused, not wrapped. ValueError names the array.
+    An array that already is one is returned as it is.
+    """
+    dtype = EVENT_ARRAYS[name]
+    if type(value) is np.ndarray and value.dtype == dtype and value.ndim == 1:
+        return value
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # a ragged list, for one
+        raise ValueError(f"{name} must be a 1-D array of integers ({exc})") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of integers, not {array.ndim}-D")
+    if array.size == 0:
+        return np.empty(0, dtype)  # np.asarray([]) is float64: nothing to refuse
+    if array.dtype.kind not in "iu":  # bool, float, object (ints past 64 bits), str
+        raise ValueError(f"{name} must hold integers, not {array.dtype} values")
+    if not np.can_cast(array.dtype, dtype):
+        info = np.iinfo(dtype)
+        least, most = int(array.min()), int(array.max())
+        if least < info.min or most > info.max:
+            bad = least if least < info.min else most
+            raise ValueError(f"{name} holds {bad}, which {dtype} cannot ({info.min} to {info.max})")
+    return array.astype(dtype, copy=False)
+
+
+def times_fault(times: Int64Array) -> str | None:
+    """What is wrong with one stream's times (they decrease, or begin before ``-SKEW_NS``)."""
+    if len(times) > 1:
+        back = times[1:] < times[:-1]
+        if np.count_nonzero(back):  # (twice as fast as any() on a short stream's times)
+            at = int(np.argmax(back)) + 1
+            return (
+                f"times must not decrease: event {at} at {times[at]} ns follows {times[at - 1]} ns"
+            )
+    if len(times) and times[0] < -SKEW_NS:  # (times do not decrease: the first is the least)
+        return (
+            f"times must not be before the request was sent (-{SKEW_NS} ns at the most, for "
+            f"clock skew): event 0 at {times[0]} ns"
+        )
+    return None
+
+
+def _member(kind: type[_E], value: Any, name: str) -> _E:
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        choices = ", ".join(str(m.value) for m in kind)
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}") from None
+
+
+def _nanos(value: Any, name: str) -> int:
+    """An integer of nanoseconds, from -SKEW_NS to below 2**63; bool and float refused."""
+    if type(value) is not int and (not isinstance(value, np.integer) or isinstance(value, bool)):
+        raise ValueError(f"{name} must be an integer of nanoseconds or None, not {value!r}")
+    ns = int(value)
+    if not -SKEW_NS <= ns < _INT64_LIMIT:
+        raise ValueError(
+            f"{name} must be from -{SKEW_NS} (clock skew) to below 2**63 nanoseconds after the "
+            f"request was sent; got {ns}"
+        )
+    return ns
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"started_at must be a number of Unix seconds or None, not {value!r}")
+    return float(value)
+
+
+def _event(index: int, values: Any) -> Event:
+    """One event, checked; ValueError names its index and field."""
+    try:
+        event = Event(*values)
+    except TypeError:
+        raise ValueError(
+            f"event {index}: expected (time_ns, text, tokens[, kind[, wire_bytes]]), got {values!r}"
+        ) from None
+    time_ns, text, tokens, kind, wire_bytes = event
+    if (
+        type(time_ns) is int
+        and -_INT64_LIMIT <= time_ns < _INT64_LIMIT
+        and type(text) is str
+        and type(tokens) is int
+        and 0 <= tokens <= _INT32_MAX
+        and (type(kind) is EventKind or (type(kind) is int and kind in _KIND_VALUES))
+        and (wire_bytes is None or (type(wire_bytes) is int and 0 <= wire_bytes <= _INT32_MAX))
+    ):
+        return event
+    # Slow path: numpy integers are taken as ints; anything else is named.
+    time_ns = _event_int(index, "time_ns", time_ns, -_INT64_LIMIT, _INT64_LIMIT - 1)
+    tokens = _event_int(index, "tokens", tokens, 0, _INT32_MAX)
+    if wire_bytes is not None:
+        wire_bytes = _event_int(index, "wire_bytes", wire_bytes, 0, _INT32_MAX)
+    if type(text) is not str:
+        raise ValueError(f"event {index}: text must be a string, not {type(text).__name__}")
+    if isinstance(kind, bool) or not isinstance(kind, int | np.integer) or kind not in _KIND_VALUES:
+        known = ", ".join(f"{int(k)} ({k.name.lower()})" for k in EventKind)
+        raise ValueError(f"event {index}: kind must be an EventKind ({known}); got {kind!r}")
+    return Event(time_ns, text, tokens, EventKind(int(kind)), wire_bytes)
+
+
+def _event_int(index: int, name: str, value: Any, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        unit = " of nanoseconds (a float is refused, not truncated)" if name == "time_ns" else ""
+        raise ValueError(f"event {index}: {name} must be an integer{unit}, not {value!r}")
+    if not least <= value <= most:
+        raise ValueError(f"event {index}: {name} must be from {least} to {most}; got {value}")
+    return int(value)
+
+
+def _utf8_size(index: int, text: str) -> int:
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate
+        raise ValueError(f"event {index}: text is not valid Unicode ({exc.reason})") from None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that holds numpy arrays (in ``meta``), at any depth, as values."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        try:
+            return bool(np.array_equal(a, b))
+        except (ValueError, TypeError):
+            return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
 
 
 # -- token counts -----------------------------------------------------------------------------

@@ -33,7 +33,8 @@ def fleet(seed: int, streams: int, *, spread_ms: float = 40.0) -> list[Timeline]
         start = i * spread_ms
         steps = rng.choice([0.2, 25.0, 30.0], size=rng.integers(1, 60), p=[0.2, 0.5, 0.3])
         times = start + 300.0 * rng.random() + np.cumsum(steps)
-        for at in shared:  # one engine step stretched for all: everyone resumes together
+        # One engine step stretched for all (those begun by then): everyone resumes together.
+        for at in shared[shared > start]:
             after = times > at
             if after.any():
                 times = np.where(after, at + 500.0 + times - times[after][0], times)

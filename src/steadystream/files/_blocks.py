@@ -18,13 +18,12 @@ import numpy.typing as npt
 
 from steadystream._exceptions import TimelineFormatError
 from steadystream._types import EventKind
-from steadystream.timeline import Timeline
+from steadystream.timeline import SKEW_NS, Timeline
 
 __all__ = [
     "COUNT_FIELDS",
     "EVENT_LISTS",
     "INT32_MAX",
-    "SKEW_NS",
     "array_fault",
     "assemble",
     "concat",
@@ -37,11 +36,6 @@ COUNT_FIELDS = ("tokens", "wire_bytes", "text_bytes")
 """The int32 event arrays, besides ``times`` and ``kinds``."""
 
 INT32_MAX = 2**31 - 1
-# How far before the request sent a reader takes a time as written: no time can be earlier,
-# and writers refuse one, but earlier bench versions read the clock after the send returned
-# and could stamp an answer's head (a kernel stamp) a few microseconds before it. Files
-# they wrote must still read.
-SKEW_NS = 1_000_000
 _EMPTY_INT64 = np.empty(0, dtype=np.int64)
 
 # Kind value -> ASCII letter (writing) and ASCII byte -> kind value, 255 for unknown (reading).
@@ -53,8 +47,10 @@ for _kind in EventKind:
 _LETTER_LIST = ", ".join(k.code for k in EventKind)
 
 
-def kind_letters(kinds: npt.NDArray[np.uint8]) -> str | None:
+def kind_letters(kinds: npt.NDArray[np.integer[Any]]) -> str | None:
     """The kinds as on-disk letters, or None when a value is no :class:`EventKind`."""
+    if kinds.dtype.kind != "u" and kinds.size and kinds.min() < 0:
+        return None  # (take counts a negative index from the end)
     try:
         return _LETTERS.take(kinds).tobytes().decode("ascii")
     except IndexError:
@@ -123,6 +119,7 @@ def assemble(
                 text_bytes=text_bytes[start:end],
                 kinds=codes[start:end],
                 **extra,
+                _checked=True,  # by array_fault and stream_fields, so not checked again
             )
         )
         start = end
@@ -139,7 +136,7 @@ def array_fault(
     """The first stream of a block a reader must reject: (index in block, field, message).
 
     A time below ``least_ns`` is one before the request was sent (readers pass
-    ``-SKEW_NS``, see there; writers 0)."""
+    ``-SKEW_NS``, see ``steadystream.timeline``; writers 0)."""
     ends = np.cumsum(lengths)
     if times.size > 1:
         back = times[1:] < times[:-1]

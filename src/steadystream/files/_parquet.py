@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from steadystream._exceptions import InputError, TimelineFormatError
 from steadystream.files._blocks import COUNT_FIELDS, assemble, concat
+from steadystream.files._jsonl import replaced
 from steadystream.files._records import check_schema, encode_records, stream_fields
 from steadystream.timeline import SCHEMA, Timeline
 
@@ -72,7 +73,8 @@ def write_parquet(path: str, timelines: Iterable[Timeline], *, keep_text: bool) 
         metadata={_SCHEMA_KEY: SCHEMA.encode()},
     )
     count = 0
-    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+    # A refused stream leaves the file that was there, not a part of the new one.
+    with replaced(path) as target, pq.ParquetWriter(target, schema, compression="zstd") as writer:
         for batch in _batches(timelines):
             writer.write_batch(_record_batch(batch, keep_text, schema))
             count += len(batch)
@@ -83,11 +85,12 @@ def _batches(timelines: Iterable[Timeline]) -> Iterator[list[Timeline]]:
     batch: list[Timeline] = []
     events = 0
     for timeline in timelines:
-        if batch and (len(batch) == _ROWS_PER_BATCH or events + len(timeline) > _EVENTS_PER_BATCH):
+        size = np.size(timeline.times)  # (checked with the batch: anything has a size)
+        if batch and (len(batch) == _ROWS_PER_BATCH or events + size > _EVENTS_PER_BATCH):
             yield batch
             batch, events = [], 0
         batch.append(timeline)
-        events += len(timeline)
+        events += size
     if batch:
         yield batch
 
@@ -95,9 +98,9 @@ def _batches(timelines: Iterable[Timeline]) -> Iterator[list[Timeline]]:
 def _record_batch(batch: list[Timeline], keep_text: bool, schema: pa.Schema) -> pa.RecordBatch:
     records = encode_records(batch, keep_text)
     offsets = pa.array(np.concatenate([[0], np.cumsum([len(t) for t in batch])]), pa.int32())
-    columns: dict[str, Any] = {
+    columns: dict[str, Any] = {  # (the records hold the arrays in their dtypes, checked)
         name: pa.ListArray.from_arrays(
-            offsets, pa.array(concat([getattr(t, name) for t in batch]).astype(dtype))
+            offsets, pa.array(concat([r[name] for r in records]).astype(dtype, copy=False))
         )
         for name, dtype in _EVENT_TYPES.items()
     }
@@ -111,7 +114,13 @@ def _record_batch(batch: list[Timeline], keep_text: bool, schema: pa.Schema) -> 
     columns["meta"] = [_meta_json(r) for r in records]
     if keep_text:
         columns["texts"] = [r.get("texts") for r in records]
-    arrays = [pa.array(columns[f.name], f.type) for f in schema]
+    try:
+        arrays = [pa.array(columns[f.name], f.type) for f in schema]
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        # The records were checked, so this is a value the checks do not know: say so in
+        # the project's terms, naming the streams, rather than in pyarrow's.
+        ids = ", ".join(repr(t.stream_id) for t in batch[:3]) + (", ..." if len(batch) > 3 else "")
+        raise InputError(f"streams {ids} cannot be written as Parquet: {exc}") from exc
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

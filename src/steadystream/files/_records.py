@@ -24,7 +24,6 @@ from steadystream.files._blocks import (
     COUNT_FIELDS,
     EVENT_LISTS,
     INT32_MAX,
-    SKEW_NS,
     array_fault,
     assemble,
     concat,
@@ -32,7 +31,7 @@ from steadystream.files._blocks import (
     packers,
     unpack,
 )
-from steadystream.timeline import SCHEMA, Timeline
+from steadystream.timeline import EVENT_ARRAYS, SCHEMA, SKEW_NS, Timeline, event_array
 
 __all__ = ["check_schema", "decode_lines", "encode_records", "stream_fields"]
 
@@ -55,25 +54,58 @@ _SECRET_KEY = re.compile(
 
 
 def encode_records(batch: list[Timeline], keep_text: bool) -> list[dict[str, Any]]:
-    """The record of each timeline (arrays left as numpy arrays for orjson or pyarrow)."""
+    """The record of each timeline (arrays left as numpy arrays for orjson or pyarrow).
+
+    A timeline is checked here again, whole: its attributes can be set after it was built.
+    """
+    arrays = [_event_arrays(t, keep_text) for t in batch]
     fault = array_fault(
-        [len(t) for t in batch],
-        concat([t.times for t in batch]),
-        {name: concat([getattr(t, name) for t in batch]) for name in COUNT_FIELDS},
+        [len(a["times"]) for a in arrays],
+        concat([a["times"] for a in arrays]),
+        {name: concat([a[name] for a in arrays]) for name in COUNT_FIELDS},
     )
     if fault is not None:
         index, _, message = fault
-        raise InputError(f"stream {batch[index].stream_id!r} cannot be written: {message}")
-    return [_record(t, keep_text) for t in batch]
+        _refuse(batch[index], message)
+    return [_record(t, a, keep_text) for t, a in zip(batch, arrays, strict=True)]
 
 
-def _record(t: Timeline, keep_text: bool) -> dict[str, Any]:
-    letters = kind_letters(t.kinds)
+def _event_arrays(t: Timeline, keep_text: bool) -> dict[str, Any]:
+    """The event arrays of ``t`` in their dtypes, of one length (texts and annotations too)."""
+    try:
+        arrays = {name: event_array(getattr(t, name), name) for name in EVENT_ARRAYS}
+    except ValueError as exc:
+        _refuse(t, str(exc))
+    n = len(arrays["times"])
+    for name, array in arrays.items():
+        if len(array) != n:
+            _refuse(t, f"{name} has {len(array)} entries, times has {n}")
+    if keep_text and t.texts is not None:
+        if type(t.texts) is not list:
+            _refuse(t, f"texts must be a list of strings or None, not {type(t.texts).__name__}")
+        if len(t.texts) != n:
+            _refuse(t, f"texts has {len(t.texts)} entries, times has {n}")
+    if type(t.annotations) is not dict:
+        _refuse(t, "annotations must map names to lists of labels")
+    for name, notes in t.annotations.items():
+        if type(name) is not str or type(notes) is not list:
+            _refuse(t, "annotations must map names to lists of labels")
+        if len(notes) != n:
+            _refuse(t, f"annotation {name!r} has {len(notes)} entries, times has {n}")
+    return arrays
+
+
+def _refuse(t: Timeline, message: str) -> NoReturn:
+    raise InputError(f"stream {t.stream_id!r} cannot be written: {message}")
+
+
+def _record(t: Timeline, arrays: dict[str, Any], keep_text: bool) -> dict[str, Any]:
+    letters = kind_letters(arrays["kinds"])
     if letters is None:
         raise InputError(f"stream {t.stream_id!r}: kinds holds a value that is no EventKind")
     fault = _value_fault(t, keep_text)
     if fault is not None:
-        raise InputError(f"stream {t.stream_id!r} cannot be written: {fault}")
+        _refuse(t, fault)
     labels = t.labels
     if any(map(_is_secret, labels)):
         labels = {k: v for k, v in labels.items() if not _is_secret(k)}
@@ -81,19 +113,20 @@ def _record(t: Timeline, keep_text: bool) -> dict[str, Any]:
         "schema": SCHEMA,
         "id": t.stream_id,
         "where": t.where,
-        "started_at": t.started_at,
+        "started_at": None if t.started_at is None else float(t.started_at),
         "labels": labels,
         "outcome": t.outcome,
         "error": t.error,
-        "header_ns": t.header_ns,
-        "first_byte_ns": t.first_byte_ns,
-        "end_ns": t.end_ns,
+        # int(): a numpy integer set after construction is written as the int it is.
+        "header_ns": None if t.header_ns is None else int(t.header_ns),
+        "first_byte_ns": None if t.first_byte_ns is None else int(t.first_byte_ns),
+        "end_ns": None if t.end_ns is None else int(t.end_ns),
         "usage": t.usage,
         "token_source": t.token_source,
-        "times": t.times,
-        "tokens": t.tokens,
-        "wire_bytes": t.wire_bytes,
-        "text_bytes": t.text_bytes,
+        "times": arrays["times"],
+        "tokens": arrays["tokens"],
+        "wire_bytes": arrays["wire_bytes"],
+        "text_bytes": arrays["text_bytes"],
         "kinds": letters,
     }
     if keep_text and t.texts is not None:
@@ -106,30 +139,52 @@ def _record(t: Timeline, keep_text: bool) -> dict[str, Any]:
 
 
 def _value_fault(t: Timeline, keep_text: bool) -> str | None:
+    """What a reader would reject, or read back as another value, in ``t``'s other fields."""
+    if type(t.stream_id) is not str:
+        return f"id must be a string, not {type(t.stream_id).__name__}"
     # StrEnum members hash as their values, so one lookup accepts members and plain strings.
     for key, choices in (
         ("where", _WHERES),
         ("outcome", _OUTCOMES),
         ("token_source", _TOKEN_SOURCES),
     ):
-        if getattr(t, key) not in choices:
+        if not isinstance(getattr(t, key), str) or getattr(t, key) not in choices:
             return f"{key} must be one of {', '.join(choices)}"
-    if t.started_at is not None and not math.isfinite(t.started_at):
-        return "started_at must be a finite number of seconds"  # JSON has no NaN
-    if not _is_str_map(t.labels):
+    if t.started_at is not None and not (_is_number(t.started_at) and math.isfinite(t.started_at)):
+        return "started_at must be a finite number of seconds or None"  # JSON has no NaN
+    if t.error is not None and type(t.error) is not str:
+        return f"error must be a string or None, not {type(t.error).__name__}"
+    if not _is_str_map(t.labels) or not all(type(k) is str for k in t.labels):
         return "labels must map names to strings"
-    if t.usage is not None and not _is_int_map(t.usage):
-        return "usage must map names to integers from 0"
+    if t.usage is not None and not (_is_int_map(t.usage) and _fits_int64(t.usage)):
+        return "usage must map names to integers from 0 to below 2**63"
     for key in ("header_ns", "first_byte_ns", "end_ns"):
         value = getattr(t, key)
-        if value is not None and value < 0:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            return f"{key} must be an integer of nanoseconds or None, not {value!r}"
+        if value < 0:
             return f"{key} must not be negative (it counts from the request sent)"
+        if value >= 2**63:
+            return f"{key} must be an integer of 64 bits"
     if keep_text and t.texts is not None and not all(type(s) is str for s in t.texts):
         return "texts must be strings"
     for name, notes in t.annotations.items():
         if not all(n is None or type(n) is str for n in notes):
             return f"annotation {name!r} must hold strings or None"
+    if type(t.meta) is not dict:
+        return f"meta must be a dict, not {type(t.meta).__name__}"
     return None
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
+
+
+def _fits_int64(usage: dict[str, int]) -> bool:
+    """Whether a usage's counts fit the int64 a Parquet file holds (and its keys are names)."""
+    return all(type(k) is str and v < 2**63 for k, v in usage.items())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -275,6 +330,8 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
             _fail_type(value, key, "an integer of nanoseconds or null", path, line)
         if value is not None and value < -SKEW_NS:
             _fail(f"{key} must not be negative (it counts from the request sent)", path, line, key)
+        if value is not None and value >= 2**63:
+            _fail(f"{key} must be an integer of 64 bits", path, line, key)
         fields[key] = value
     error = get("error")
     if error is not None and type(error) is not str:
