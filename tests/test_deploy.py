@@ -92,6 +92,10 @@ def test_the_configmap_is_a_valid_gateway_config_on_the_pods_port() -> None:
     (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
     assert config.server.host == "0.0.0.0"
     assert config.server.port == container["ports"][0]["containerPort"]
+    # The probes and the ServiceMonitor send no key: with tenants, /healthz and /metrics
+    # must be open, or no pod ever becomes ready.
+    assert config.tenants
+    assert config.server.metrics_auth is False
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert str(config.recording.directory) == mounts["recordings"]
     assert container["args"][-1].startswith(mounts["config"] + "/")

@@ -110,3 +110,26 @@ def test_a_gateway_started_so_paces_and_records_what_it_relays(tmp_path: Path) -
     paced = [t.meta["pacer"] for t in recorded if t.where.value == "gateway-downstream"]
     assert len(paced) == 3
     assert all(str(pacer).startswith("<Leaky") for pacer in paced)  # the paced writer ran
+
+
+def test_the_banner_never_says_a_password_or_a_query_in_an_upstreams_url() -> None:
+    from steadystream.cli.gateway import _banner
+    from steadystream.gateway.config import config_from_mapping
+
+    config = config_from_mapping(
+        {"upstreams": [{"name": "a", "base_url": "http://user:SECRETPW1@127.0.0.1:9/v1"}]}
+    )
+    banner = _banner(config, "the line")
+    assert "SECRETPW1" not in banner
+    assert "a (http://127.0.0.1:9/v1)" in banner
+
+
+def test_a_refusal_at_start_names_the_option_or_the_file_it_came_from(tmp_path: Path) -> None:
+    from steadystream.cli.gateway import _named
+
+    message = "key 'pacing.default': the pacer cannot run"
+    assert _named(message, None, "phrase:cap=40", None).startswith("--pacer 'phrase:cap=40': ")
+    assert _named("recording.directory: cannot write", None, None, tmp_path).startswith(
+        f"--record {str(tmp_path)!r}: "
+    )
+    assert _named(message, tmp_path / "gw.yaml", None, None).startswith(f"{tmp_path}/gw.yaml: ")

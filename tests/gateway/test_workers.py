@@ -552,3 +552,41 @@ def test_a_metrics_folder_that_cannot_be_written_is_one_clear_error(
         workers.serve_workers(config, sock, lambda *args, **kwargs: None)
     assert sock.fileno() == -1  # closed
     assert list(tmp_path.iterdir()) == []  # the folder made for the metrics is gone
+
+
+def test_a_scrape_after_the_folder_was_removed_makes_it_again(tmp_path: Path) -> None:
+    # A cleaner of /tmp took the workers' folder: every scrape was a 500 from then on.
+    import shutil
+
+    folder = tmp_path / "metrics"
+    folder.mkdir(mode=0o700)
+    shared = SharedMetrics(worker_registry(3, 2, [0.05, 0.5]), folder)
+    shutil.rmtree(folder)
+    assert samples(shared.exposition())['ss_streams_total{tenant="web"}'] == 3
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def dying_worker(*_args: object, **_kwargs: object) -> None:
+    raise RuntimeError("this worker cannot start")
+
+
+def test_workers_that_die_as_they_start_stop_the_gateway_saying_so(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A worker that dies at start was replaced once a second forever: the port took
+    # connections that nobody answered. Some in a row, and the gateway stops.
+    from steadystream._exceptions import SteadystreamError
+    from steadystream.gateway import workers
+
+    monkeypatch.setattr(workers, "_RESTART_EVERY_S", 0.01)
+    monkeypatch.setattr(workers, "_GIVE_UP_AFTER", 3)
+    config = config_from_mapping({"upstreams": UPSTREAMS, "server": {"workers": 2}})
+    me = os.getpid()
+    others = children(me)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    with pytest.raises(SteadystreamError, match=r"the workers die as they start \(3 in a row"):
+        workers.serve_workers(config, sock, dying_worker)
+    assert children(me) - others == set()  # every worker stopped and reaped
+    assert sock.fileno() == -1
+    assert "this worker cannot start" in capfd.readouterr().err

@@ -72,7 +72,10 @@ def gateway(
     # Until the gateway installs its own handler (a reload with workers, a note with one), a
     # SIGHUP must not end a gateway that is still starting.
     with handling(signal.SIGHUP, signal.SIG_IGN):
+        from steadystream._exceptions import ConfigError
         from steadystream.cli._errors import exit_on_error
+        from steadystream.engine_metrics import redact_url
+        from steadystream.gateway.app import check_startable
         from steadystream.gateway.config import (
             config_from_upstreams,
             load_config,
@@ -100,9 +103,13 @@ def gateway(
                 return with_server(paced, overrides)
 
             chosen = with_options(chosen)
+            try:  # (before the banner, which would say it paces or records)
+                check_startable(chosen)
+            except ConfigError as exc:
+                raise ConfigError(_named(str(exc), config, pacer, record)) from exc
             typer.echo(_banner(chosen, describe_line()))
             for upstream_config in chosen.upstreams_in_order():
-                base = upstream_config.base_url.rstrip("/")
+                base = redact_url(upstream_config.base_url).rstrip("/")
                 if not base.endswith("/v1"):
                     # Not an error (a provider may serve its API elsewhere), but the commonest
                     # first mistake: the server's root given where its API base goes.
@@ -118,9 +125,24 @@ def gateway(
             serve(chosen, reload=None if config is None else reload)
 
 
+def _named(message: str, config: Path | None, pacer: str | None, record: Path | None) -> str:
+    """A refusal at start, said with where its value came from: the option that set it, or
+    the file."""
+    if pacer is not None and "pacing.default" in message:
+        return f"--pacer {pacer!r}: {message}"
+    if record is not None and "recording.directory" in message:
+        return f"--record {str(record)!r}: {message}"
+    if config is not None and not message.startswith(str(config)):
+        return f"{config}: {message}"
+    return message
+
+
 def _banner(config: GatewayConfig, line: str) -> str:
-    """The start line: where it listens, what it relays to, and how."""
-    names = ", ".join(f"{u.name} ({u.base_url})" for u in config.upstreams_in_order())
+    """The start line: where it listens, what it relays to, and how (an upstream's URL
+    without its user, password or query: it may carry a key)."""
+    from steadystream.engine_metrics import redact_url
+
+    names = ", ".join(f"{u.name} ({redact_url(u.base_url)})" for u in config.upstreams_in_order())
     tenants = f"{len(config.tenants)} tenants" if config.tenants else "open (no tenants)"
     pacing = f"paced by {config.pacing.default}" if config.pacing.default else "not paced"
     recording = config.recording

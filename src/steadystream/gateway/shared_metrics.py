@@ -152,7 +152,13 @@ def write_whole(path: Path, data: bytes) -> None:
     half of one (a temporary file of this process's, renamed over it)."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_bytes(data)
+        try:
+            temporary.write_bytes(data)
+        except FileNotFoundError:
+            # The folder is gone (a cleaner of /tmp took it): made again, private as
+            # mkdtemp made it, or no scrape would ever succeed again.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            temporary.write_bytes(data)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)

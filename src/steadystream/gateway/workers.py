@@ -55,6 +55,10 @@ __all__ = ["serve_workers"]
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 _STOP_GRACE_S = 10.0  # uvicorn's graceful shutdown, and then some, before SIGKILL
 _RESTART_EVERY_S = 1.0
+# A worker that dies this soon after it started died starting; this many in a row and the
+# gateway stops, saying so, rather than accept connections that nobody answers forever.
+_DIED_STARTING_S = 5.0
+_GIVE_UP_AFTER = 10
 _TICK_S = 0.2
 
 
@@ -111,6 +115,8 @@ class _Supervisor:
         self._stopping = False
         self._reloading = False
         self._last_restart = 0.0
+        self._started: dict[int, float] = {}  # worker pid -> when it was forked
+        self._died_starting = 0  # workers in a row that died as they started
 
     def run(self) -> None:
         previous = {
@@ -143,6 +149,7 @@ class _Supervisor:
         parent = os.getpid()
         pid = os.fork()
         if pid:
+            self._started[pid] = time.monotonic()
             return pid
         code = 0
         try:
@@ -170,6 +177,12 @@ class _Supervisor:
                 _say(f"reload refused, the workers keep the old configuration: {exc}")
                 return
         then, now = self.config.server, config.server
+        sent_then = self.config.limits.client_send_buffer
+        if sent_then != config.limits.client_send_buffer:
+            _say(
+                f"limits.client_send_buffer stays {sent_then} on a reload (it is set on the "
+                "listening socket, this process's): restart the gateway to change it"
+            )
         if (then.host, then.port) != (now.host, now.port):
             _say(
                 f"server.host and server.port stay {then.host}:{then.port} on a reload (the "
@@ -201,6 +214,14 @@ class _Supervisor:
             if not done:
                 continue
             self._retire(pid)
+            lived = time.monotonic() - self._started.pop(pid, 0.0)
+            self._died_starting = self._died_starting + 1 if lived < _DIED_STARTING_S else 0
+            if self._died_starting >= _GIVE_UP_AFTER:
+                self._stopping = True
+                raise SteadystreamError(
+                    f"the workers die as they start ({self._died_starting} in a row, the last"
+                    f" {_status(status)}; their output above says why): the gateway stops"
+                )
             wait = self._last_restart + _RESTART_EVERY_S - time.monotonic()
             if wait > 0:  # a worker dying at start would otherwise spin the parent
                 time.sleep(wait)
