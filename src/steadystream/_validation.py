@@ -1,33 +1,48 @@
 """What every pydantic configuration here shares: the ``Duration``, ``Texts`` and ``Workers``
-types, and one describer.
+types, :class:`Screen` for values an error must not quote, and one describer.
 
 The gateway's YAML file, the lab's scenarios and bench's options are pydantic models. They
 read durations the same way (``1.5s``, ``400ms``, a bare number of seconds; held as integer
 nanoseconds) and report what is wrong the same way: one line per problem, naming the key
 and, for an unknown key, the keys accepted there (:func:`describe_errors`).
+
+An error quotes the value it refused, and pydantic's own message does too; a value that may
+hold a secret (a URL with a password, a key pasted where a variable's name goes, a header's
+value) is checked by a :class:`Screen`, which puts a :class:`Refused` stand-in, showing no
+secret, in the value's place before the error is raised.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+import re
+import types
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import BaseModel, BeforeValidator, GetCoreSchemaHandler, ValidationError
 from pydantic._internal._model_construction import ModelMetaclass
+from pydantic_core import CoreSchema, core_schema
 
 from steadystream._exceptions import ConfigError, SpecError
 from steadystream._units import parse_duration
 
 __all__ = [
     "Duration",
+    "Refused",
+    "Screen",
     "Texts",
     "Workers",
     "accepted_keys",
+    "as_written",
     "describe_errors",
     "duration_text",
+    "shown_url",
+    "url_problem",
     "usable_cores",
     "yaml_key",
 ]
@@ -54,15 +69,115 @@ Duration = Annotated[int, BeforeValidator(_duration)]
 
 def as_written(model: BaseModel) -> dict[str, Any]:
     """``model``'s fields as a file would say them, so that validating them again gives the
-    same model: a :data:`Duration` is held in ns but a bare number reads as seconds, so it is
-    written with its unit (``10000000000ns``), never as the number it holds."""
+    same model: a :data:`Duration` (optional or not, in a nested model or not) is held in ns
+    but a bare number reads as seconds, so it is written with its unit (``10000000000ns``),
+    never as the number it holds."""
     data = model.model_dump()
     for name, field in type(model).model_fields.items():
-        if isinstance(data.get(name), int) and any(
-            getattr(rule, "func", None) is _duration for rule in field.metadata
-        ):
-            data[name] = f"{data[name]}ns"
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            data[name] = as_written(value)
+        elif isinstance(value, tuple | list) and any(isinstance(v, BaseModel) for v in value):
+            data[name] = [as_written(v) if isinstance(v, BaseModel) else v for v in value]
+        elif isinstance(value, int) and _holds_duration(field.annotation, field.metadata):
+            data[name] = f"{value}ns"
     return data
+
+
+def _holds_duration(annotation: Any, metadata: Sequence[Any] = ()) -> bool:
+    """Whether a field typed ``annotation`` (with ``metadata``, where pydantic moved an outer
+    ``Annotated``'s) reads a :data:`Duration`: ``Duration | None`` keeps it in the union."""
+    if any(getattr(rule, "func", None) is _duration for rule in metadata):
+        return True
+    if get_origin(annotation) is Annotated:
+        return _holds_duration(get_args(annotation)[0], annotation.__metadata__)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_holds_duration(arg) for arg in get_args(annotation))
+    return False
+
+
+class Refused:
+    """What an error shows of a value a :class:`Screen` refused: ``repr`` is ``shown`` (a
+    URL without its password), or nothing of the value where ``shown`` is None (a value that
+    is, or may be, a secret). It stands in the value's place, so pydantic's own message, a
+    traceback's cause, quotes no more than :func:`describe_errors` does."""
+
+    __slots__ = ("problem", "shown")
+
+    def __init__(self, problem: str, shown: str | None) -> None:
+        self.problem, self.shown = problem, shown
+
+    def __repr__(self) -> str:
+        return "(not shown)" if self.shown is None else repr(self.shown)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """``Annotated`` metadata that checks a value before its type does: ``problem`` says what
+    is wrong with it (None: nothing), and the error then quotes ``shown(value)``, or nothing
+    where ``shown`` is None, never the value itself."""
+
+    problem: Callable[[Any], str | None]
+    shown: Callable[[str], str] | None = None
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        # Two steps: an error's input is what the step that raised was given, so the
+        # stand-in is made first and refused by the step inside it.
+        refuse = core_schema.no_info_before_validator_function(_refuse, handler(source))
+        return core_schema.no_info_before_validator_function(self._stand_in, refuse)
+
+    def _stand_in(self, value: Any) -> Any:
+        problem = self.problem(value)
+        if problem is None:
+            return value
+        shown = self.shown(value) if self.shown is not None and isinstance(value, str) else None
+        return Refused(problem, shown)
+
+
+def _refuse(value: Any) -> Any:
+    if isinstance(value, Refused):
+        raise ValueError(value.problem)
+    return value
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/*)?.*@", re.DOTALL)
+_QUERY = re.compile(r"([?#]).*", re.DOTALL)
+# A registered name, IPv4 or the inside of an IPv6 literal (urllib strips the brackets).
+_URL_HOST = re.compile(r"^[0-9A-Za-z._~%!$&'()*+,;=:-]+$")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may quote it: all before its last ``@`` (a user and password,
+    whatever the scheme's spelling) and all after a ``?`` or ``#`` (a query's tokens) as
+    ``***``: ``https://***@host/v1?***``."""
+    return _QUERY.sub(r"\1***", _USERINFO.sub(lambda m: f"{m[1] or ''}***@", url, count=1))
+
+
+def url_problem(url: str, schemes: Sequence[str], *, no_query: str | None = None) -> str | None:
+    """What is wrong with ``url`` as a URL of one of ``schemes`` with a host (None: nothing);
+    never quotes it. ``no_query``: why a query or fragment is refused (None: taken)."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "has a space or a control character"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # urllib's message may quote a part of a mangled password
+        if "IPv6" in str(exc):
+            return "not a URL (an unclosed [)"
+        if "range" in str(exc):
+            return "the port is out of range (1-65535)"
+        return "the port is not a number"
+    if parts.scheme not in schemes or not url[len(parts.scheme) :].startswith("://"):
+        return f"does not start with {' or '.join(f'{scheme}://' for scheme in schemes)}"
+    if not parts.hostname or not _URL_HOST.fullmatch(parts.hostname):
+        return "has no host, or a host that is not one"
+    if port is not None and not 1 <= port <= 65535:
+        return "the port is out of range (1-65535)"
+    if no_query is not None and ("?" in url or "#" in url):
+        return f"takes no query or fragment ({no_query})"
+    return None
 
 
 def _from_text(value: Any) -> Any:
@@ -169,8 +284,16 @@ def describe_errors(
             lines.append(f"{key}: required")
         else:
             message = str(error["msg"]).removeprefix("Value error, ")
-            lines.append(f"{key}: {message} (got {error.get('input')!r})")
+            lines.append(f"{key}: {message}{_got(error.get('input'))}")
     return f"{source}: " + "; ".join(lines)
+
+
+def _got(value: Any) -> str:
+    """The refused input as an error quotes it: not a secret a :class:`Screen` kept back, nor
+    a whole mapping (a section, whose keys the message names; its values may be secrets)."""
+    if isinstance(value, Mapping) or (isinstance(value, Refused) and value.shown is None):
+        return ""
+    return f" (got {value!r})"
 
 
 def accepted_keys(
@@ -212,4 +335,6 @@ class ConfigErrorWhenCalled(ModelMetaclass):
             return super().__call__(*args, **kwargs)
         except ValidationError as exc:
             model = cast("type[BaseModel]", cls)
-            raise ConfigError(describe_errors(exc, cls.__name__, model)) from exc
+            # Not chained: pydantic's message quotes inputs whole (a list whose item failed,
+            # a section a model check refused), secrets and all; this one names each problem.
+            raise ConfigError(describe_errors(exc, cls.__name__, model)) from None

@@ -33,13 +33,16 @@ from steadystream._units import parse_size
 from steadystream._validation import (
     ConfigErrorWhenCalled,
     Duration,
+    Screen,
     Workers,
     as_written,
     describe_errors,
+    shown_url,
+    url_problem,
     usable_cores,
 )
 from steadystream._yaml import load_yaml
-from steadystream.otel.settings import endpoint_problem, shown_endpoint
+from steadystream.otel.settings import endpoint_problem
 from steadystream.protocol.apis import Api
 
 __all__ = [
@@ -66,6 +69,11 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# RFC 9110 5.6.2: a header name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# RFC 9110 5.5: a header value has no control character but a tab (a CR or LF would start
+# another header, or end the head, on every request sent; the HTTP client refuses them).
+_HEADER_VALUE = re.compile(r"^[^\x00-\x08\x0a-\x1f\x7f]*$")
 # A Host header's value: a name or IPv4 address, or an IPv6 address in brackets; a port.
 _HOST = re.compile(
     r"(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
@@ -107,6 +115,70 @@ def _size(value: Any) -> Any:
 Size = Annotated[int, BeforeValidator(_size)]
 """Bytes, written as a count or ``64KiB``, ``1MiB``."""
 
+_MOST_BYTES = 2**40
+"""The most any size here may be (1 TiB): far past any real use, and short of the C sizes
+that a read of one byte more would overflow."""
+
+
+def _env_name_problem(value: Any) -> str | None:
+    # A key pasted where its variable's name goes must not be quoted back (nor anywhere later).
+    if isinstance(value, str) and _ENV_NAME.fullmatch(value):
+        return None
+    return (
+        "not an environment variable name (letters, digits and _, not first a digit): name"
+        " the variable that holds the secret, never the secret itself"
+    )
+
+
+EnvName = Annotated[str, Screen(_env_name_problem)]
+"""The name of an environment variable that holds a secret; a refused one is never quoted."""
+
+
+def _env_names_problem(value: Any) -> str | None:
+    if isinstance(value, list | tuple):
+        return None  # each is an EnvName
+    return "a list of environment variable names (write [NAME])"
+
+
+EnvNames = Annotated[tuple[EnvName, ...], Screen(_env_names_problem)]
+
+
+def _header_name_problem(value: Any) -> str | None:
+    if isinstance(value, str) and not _TOKEN.fullmatch(value):
+        return "not a header name (letters, digits and !#$%&'*+-.^_`|~; no spaces or colons)"
+    return None
+
+
+HeaderName = Annotated[str, Screen(_header_name_problem, shown=str)]
+
+
+def _header_value_problem(value: Any) -> str | None:
+    if isinstance(value, str) and not _HEADER_VALUE.fullmatch(value):
+        return "the value has a CR, LF, NUL or other control character"
+    return None
+
+
+HeaderValue = Annotated[str, Screen(_header_value_problem)]
+"""A header's value, which may be a credential: a refused one is never quoted."""
+
+
+def _headers_problem(value: Any) -> str | None:
+    return None if isinstance(value, Mapping) else "a map of header names to values"
+
+
+def _base_url_problem(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return url_problem(
+        value,
+        ("http", "https"),
+        no_query="the API path, such as /chat/completions, is added after it",
+    )
+
+
+BaseUrl = Annotated[str, Screen(_base_url_problem, shown=shown_url)]
+"""An upstream's base URL; a refused one is quoted without its password or query."""
+
 
 _NUMBER_LISTS = (tuple[int, ...], tuple[float, ...], list[int], list[float])
 
@@ -137,7 +209,11 @@ class _Section(BaseModel):
 class ServerConfig(_Section):
     """Where the gateway listens."""
 
-    host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
+    host: str = Field(
+        "127.0.0.1",
+        description="bind address; loopback unless told otherwise (0.0.0.0 or :: for every"
+        " interface; never empty)",
+    )
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port)")
     metrics_auth: bool = Field(
         True,
@@ -162,6 +238,16 @@ class ServerConfig(_Section):
         description="names it answers to besides its own address (Host: a name, any port, or"
         " name:port; * for any): needed on loopback behind a proxy or a tunnel that renames it",
     )
+
+    @field_validator("host")
+    @classmethod
+    def _bind_address(cls, value: str) -> str:
+        # "" binds every interface, while the Host check takes it for loopback.
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(
+                "an address to bind, such as 127.0.0.1 (0.0.0.0 or :: for every interface)"
+            )
+        return value
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -196,20 +282,33 @@ class UpstreamConfig(_Section):
     """One provider or engine the gateway forwards to."""
 
     name: str
-    base_url: str = Field(description="the OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str | None = Field(None, description="environment variable holding its key")
+    base_url: BaseUrl = Field(
+        description="the OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (a host; no query or"
+        " fragment: the API path is added after it)"
+    )
+    api_key_env: EnvName | None = Field(
+        None, description="the name of the environment variable holding its key"
+    )
     models: tuple[str, ...] = Field((), description="models it serves; empty: any model")
     model_map: dict[str, str] = Field(
         default_factory=dict, description="gateway model name -> the name this upstream uses"
     )
-    priority: int = Field(0, description="lower is tried first; ties keep file order")
+    priority: int = Field(
+        0,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="lower is tried first; ties keep file order (-1000000 to 1000000)",
+    )
     chat_continuation: Literal["vllm", "prefix", "none"] = Field(
         "vllm", description="how it continues an assistant prefix (failover policy continue)"
     )
-    headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
-    forward_headers: tuple[str, ...] = Field((), description="client headers passed on")
+    headers: Annotated[dict[HeaderName, HeaderValue], Screen(_headers_problem)] = Field(
+        default_factory=dict,
+        description="sent with every request (values without CR, LF or NUL; never quoted)",
+    )
+    forward_headers: tuple[HeaderName, ...] = Field((), description="client headers passed on")
     # llama-cpp-python's server refuses any X-Request-Id that is not a UUID (docs/engines.md).
-    request_id_header: str | None = Field(
+    request_id_header: HeaderName | None = Field(
         "X-Request-Id", description="header carrying the request id upstream; null: none"
     )
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
@@ -223,7 +322,7 @@ class UpstreamConfig(_Section):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
         return value
 
@@ -245,26 +344,18 @@ class UpstreamConfig(_Section):
     @field_validator("headers", "forward_headers")
     @classmethod
     def _not_owned(cls, value: Any) -> Any:
+        # The error does not quote ``headers`` (a mapping: its values may be keys).
         for name in value:
-            if name.strip().lower() in _OWNED_HEADERS:
+            if name.lower() in _OWNED_HEADERS:
                 raise ValueError(
                     f"{name!r} is set by the gateway (keys: api_key_env; framing and "
                     "connection headers: the HTTP client), not here"
                 )
         return value
 
-    @field_validator("request_id_header")
-    @classmethod
-    def _header_name(cls, value: str | None) -> str | None:
-        if value is not None and (not value or any(c.isspace() or c == ":" for c in value)):
-            raise ValueError("must be a header name, or null to send no request id")
-        return value
-
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
+    def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
 
     def serves(self, model: str) -> bool:
@@ -278,8 +369,10 @@ class TenantConfig(_Section):
     """A team or app: the gateway keys that identify it, what it may use, how it is paced."""
 
     name: str
-    api_key_env: tuple[str, ...] = Field(
-        (), description="environment variables, each holding one gateway key of this tenant"
+    api_key_env: EnvNames = Field(
+        (),
+        description="the names of environment variables, each holding one gateway key of this"
+        " tenant",
     )
     models: tuple[str, ...] = Field((), description="models it may use; empty: all")
     pacer: str | None = Field(None, description="pacer spec for its streams, e.g. leaky")
@@ -287,7 +380,7 @@ class TenantConfig(_Section):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
         return value
 
@@ -336,8 +429,16 @@ class FailoverConfig(_Section):
     )
     retry_statuses: tuple[int, ...] = Field(
         (408, 429, 500, 502, 503, 504, 529),
-        description="statuses that try the next upstream (529: Anthropic's overloaded)",
+        description="statuses that try the next upstream (529: Anthropic's overloaded); each"
+        " 100-599",
     )
+
+    @field_validator("retry_statuses")
+    @classmethod
+    def _statuses(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(not 100 <= status <= 599 for status in value):
+            raise ValueError("an HTTP status is 100 to 599")
+        return value
 
 
 class PacingConfig(_Section):
@@ -368,11 +469,15 @@ class RecordingConfig(_Section):
     enabled: bool = False
     directory: str = Field("gateway-recordings", description="where the files go")
     keep_text: bool = Field(False, description="store the answers' text (prompts never)")
-    rotate_streams: int = Field(10_000, ge=1, description="streams per file before a new one")
+    rotate_streams: int = Field(
+        10_000, ge=1, le=100_000_000, description="streams per file before a new one (at most 1e8)"
+    )
     keep_files: int = Field(
         20,
         ge=1,
-        description="files kept per process, ended processes' counted in; older ones are deleted",
+        le=1_000_000,
+        description="files kept per process, ended processes' counted in; older ones are deleted"
+        " (at most 1e6)",
     )
     engine_metrics: bool = Field(
         False, description="scrape each upstream's /metrics every 100 ms into the directory"
@@ -382,22 +487,36 @@ class RecordingConfig(_Section):
 class LimitsConfig(_Section):
     """Bounds on what one request may cost."""
 
-    max_body_bytes: Size = Field(1_048_576, ge=1, description="larger request bodies get 413")
-    buffer_bytes: Size = Field(
-        262_144, ge=1024, description="upstream bytes held for a slow client before reading stops"
+    max_body_bytes: Size = Field(
+        1_048_576, ge=1, le=_MOST_BYTES, description="larger request bodies get 413 (at most 1TiB)"
     )
-    buffer_events: int = Field(512, ge=1, description="events held for a slow client")
+    buffer_bytes: Size = Field(
+        262_144,
+        ge=1024,
+        le=_MOST_BYTES,
+        description="upstream bytes held for a slow client before reading stops (at most 1TiB)",
+    )
+    buffer_events: int = Field(
+        512, ge=1, le=1_000_000, description="events held for a slow client (at most 1e6)"
+    )
     max_event_bytes: Size = Field(
-        1_048_576, ge=1024, description="an upstream SSE event larger than this fails its stream"
+        1_048_576,
+        ge=1024,
+        le=_MOST_BYTES,
+        description="an upstream SSE event larger than this fails its stream (at most 1TiB)",
     )
     max_response_bytes: Size = Field(
-        16_777_216, ge=1024, description="a larger non-streaming upstream answer is refused"
+        16_777_216,
+        ge=1024,
+        le=_MOST_BYTES,
+        description="a larger non-streaming upstream answer is refused (at most 1TiB)",
     )
     max_model_labels: int = Field(
         100,
         ge=1,
+        le=100_000,
         description="distinct model label values in metrics; models past it (and models no"
-        " upstream names) are counted as 'other'",
+        " upstream names) are counted as 'other' (at most 100000: each is a series per metric)",
     )
     stuck_timeout: Duration = Field(
         30_000_000_000, gt=0, description="a client that drains nothing this long is cut"
@@ -408,11 +527,19 @@ class LimitsConfig(_Section):
     client_send_buffer: Size | None = Field(
         65_536,
         ge=4096,
-        description="kernel send buffer of each client connection (None: kernel autotuning)",
+        le=2**31 - 1,
+        description="kernel send buffer of each client connection (None: kernel autotuning;"
+        " at most 2**31-1, the largest the socket option takes)",
     )
-    max_connections: int = Field(1_000, ge=1, description="open upstream connections in all")
-    pacer_high_watermark: int = Field(50, ge=1, description="tokens a pacer holds before pausing")
-    pacer_low_watermark: int = Field(20, ge=0, description="tokens at which reading resumes")
+    max_connections: int = Field(
+        1_000, ge=1, le=1_000_000, description="open upstream connections in all (at most 1e6)"
+    )
+    pacer_high_watermark: int = Field(
+        50, ge=1, le=1_000_000, description="tokens a pacer holds before pausing (at most 1e6)"
+    )
+    pacer_low_watermark: int = Field(
+        20, ge=0, le=1_000_000, description="tokens at which reading resumes"
+    )
 
 
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
@@ -426,11 +553,11 @@ class CorsConfig(_Section):
         (), description="origins such as https://app.example.com, or * (none: CORS off)"
     )
     allow_methods: tuple[str, ...] = Field(("GET", "POST"), description="methods they may use")
-    allow_headers: tuple[str, ...] = Field(
+    allow_headers: tuple[HeaderName, ...] = Field(
         ("authorization", "content-type", "x-request-id", "idempotency-key", "last-event-id"),
         description="request headers they may send (the last two: resume)",
     )
-    expose_headers: tuple[str, ...] = Field(
+    expose_headers: tuple[HeaderName, ...] = Field(
         ("x-request-id", "x-steadystream-stream-id"),
         description="response headers their scripts may read",
     )
@@ -444,7 +571,7 @@ class CorsConfig(_Section):
     @classmethod
     def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for origin in value:
-            if origin != "*" and not _ORIGIN.match(origin):
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(
                     f"{origin!r} is not an origin (scheme://host[:port], no path) or *"
                 )
@@ -470,15 +597,19 @@ class GlassConfig(_Section):
     beside the streams', each bound to an answer the poster was served (its token)."""
 
     accept: bool = Field(False, description="take posts at /steadystream/glass")
-    max_body_bytes: Size = Field(1_048_576, ge=1024, description="larger posts get 413")
-    max_events: int = Field(20_000, ge=1, description="arrivals or frames per post")
+    max_body_bytes: Size = Field(
+        1_048_576, ge=1024, le=_MOST_BYTES, description="larger posts get 413 (at most 1TiB)"
+    )
+    max_events: int = Field(
+        20_000, ge=1, le=100_000_000, description="arrivals or frames per post (at most 1e8)"
+    )
     token_ttl: Duration = Field(
         600_000_000_000,
         ge=1_000_000_000,
         le=86_400_000_000_000,
         description="how long after its answer started a page may post its report",
     )
-    secret_env: str | None = Field(
+    secret_env: EnvName | None = Field(
         None,
         description="environment variable holding the token secret (32 bytes or more), to"
         " share tokens between replicas and restarts; unset: a random one per gateway",
@@ -486,28 +617,34 @@ class GlassConfig(_Section):
     client_reports_per_s: float = Field(
         10.0, gt=0, le=1e6, description="reports a second per client (tenant, or address)"
     )
-    client_report_burst: int = Field(50, ge=1, description="reports a client may send at once")
+    client_report_burst: int = Field(
+        50, ge=1, le=1_000_000, description="reports a client may send at once (at most 1e6)"
+    )
     client_bytes_per_s: Size = Field(
-        524_288, ge=1, description="report bytes a second per client (tenant, or address)"
+        524_288,
+        ge=1,
+        le=_MOST_BYTES,
+        description="report bytes a second per client (tenant, or address; at most 1TiB)",
     )
     client_byte_burst: Size = Field(
-        4_194_304, ge=1024, description="report bytes a client may send at once"
+        4_194_304,
+        ge=1024,
+        le=_MOST_BYTES,
+        description="report bytes a client may send at once (at most 1TiB)",
     )
     max_clients: int = Field(
-        10_000, ge=1, description="clients whose budgets are kept (the least recent go)"
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="clients whose budgets are kept (the least recent go; at most 1e7)",
     )
     max_disk_bytes: Size = Field(
         1_073_741_824,
         ge=1_048_576,
-        description="all glass files together; past it the oldest glass files are deleted",
+        le=2**50,
+        description="all glass files together; past it the oldest glass files are deleted"
+        " (at most 1PiB)",
     )
-
-    @field_validator("secret_env")
-    @classmethod
-    def _variable(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(f"{value!r} is not an environment variable name")
-        return value
 
     @model_validator(mode="after")
     def _largest_report_fits(self) -> GlassConfig:
@@ -524,15 +661,25 @@ class GlassConfig(_Section):
         return self
 
 
+def _store_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or value == "memory":
+        return None
+    problem = url_problem(value, ("redis", "rediss"))
+    return (
+        None if problem is None else f"a store is memory or a redis:// (rediss://) URL: {problem}"
+    )
+
+
 class ResumeConfig(_Section):
     """Streams that survive their reader (docs/gateway.md#resume): every streamed event gets
     an SSE ``id:``, the events are kept, and a reader who comes back gets what it missed."""
 
     enabled: bool = Field(True, description="ids on events, kept events, the resume routes")
-    store: str = Field(
+    store: Annotated[str, Screen(_store_problem, shown=shown_url)] = Field(
         "memory",
         description="memory (this process), or redis://host:port/db (Redis or Valkey, shared"
-        " by every worker and replica; the resume extra)",
+        " by every worker and replica; the resume extra); a refused URL is quoted without its"
+        " password",
     )
     grace: Duration = Field(
         30_000_000_000,
@@ -543,10 +690,15 @@ class ResumeConfig(_Section):
     max_stream_bytes: Size = Field(
         1_048_576,
         ge=1024,
-        description="events kept per stream; past it the stream goes on but cannot be resumed",
+        le=_MOST_BYTES,
+        description="events kept per stream; past it the stream goes on but cannot be resumed"
+        " (at most 1TiB)",
     )
     max_streams: int = Field(
-        1_000, ge=1, description="streams kept per process; the longest ended go first"
+        1_000,
+        ge=1,
+        le=10_000_000,
+        description="streams kept per process; the longest ended go first (at most 1e7)",
     )
     ttl: Duration = Field(
         300_000_000_000,
@@ -555,12 +707,9 @@ class ResumeConfig(_Section):
         description="how long an ended stream's events are kept",
     )
 
-    @field_validator("store")
-    @classmethod
-    def _store(cls, value: str) -> str:
-        if value != "memory" and not value.startswith(("redis://", "rediss://")):
-            raise ValueError("a store is memory or a redis:// (rediss://) URL")
-        return value
+
+def _endpoint_problem(value: Any) -> str | None:
+    return endpoint_problem(value) if isinstance(value, str) else None
 
 
 class OtelConfig(_Section):
@@ -573,7 +722,7 @@ class OtelConfig(_Section):
         description="null: on when an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT;"
         " false: off",
     )
-    endpoint: str | None = Field(
+    endpoint: Annotated[str, Screen(_endpoint_problem, shown=shown_url)] | None = Field(
         None, description="the collector, e.g. http://127.0.0.1:4318 (OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
     protocol: Literal["grpc", "http/protobuf"] | None = Field(
@@ -591,34 +740,6 @@ class OtelConfig(_Section):
     metrics_interval: Duration = Field(
         10_000_000_000, ge=100_000_000, description="how often metrics are exported"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _endpoint_unquoted(cls, data: Any) -> Any:
-        # A refused value is quoted in the error (describe_errors): a refused endpoint is
-        # quoted without the password it may hold (http://user:pw@host).
-        if isinstance(data, dict) and isinstance(url := data.get("endpoint"), str):
-            problem = endpoint_problem(url)
-            if problem is not None:
-                return {**data, "endpoint": _RefusedUrl(shown_endpoint(url), problem)}
-        return data
-
-    @field_validator("endpoint", mode="before")
-    @classmethod
-    def _collector_url(cls, value: Any) -> Any:
-        if isinstance(value, _RefusedUrl):
-            raise ValueError(value.problem)
-        return value
-
-
-class _RefusedUrl:
-    """An endpoint refused, as its error shows it (``repr``: without its password)."""
-
-    def __init__(self, shown: str, problem: str) -> None:
-        self.shown, self.problem = shown, problem
-
-    def __repr__(self) -> str:
-        return repr(self.shown)
 
 
 class GatewayConfig(_Section, metaclass=ConfigErrorWhenCalled):
@@ -685,7 +806,9 @@ def config_from_mapping(
     try:
         return GatewayConfig.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, source, GatewayConfig)) from exc
+        # Not chained: pydantic's message quotes inputs whole (the upstreams list when one
+        # failed, a section a model check refused), header values and keys with them.
+        raise ConfigError(describe_errors(exc, source, GatewayConfig)) from None
 
 
 def load_config(path: str | Path) -> GatewayConfig:
