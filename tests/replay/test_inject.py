@@ -99,6 +99,18 @@ def test_a_fault_past_the_end_never_fires() -> None:
     )
     assert out.times == plan.times
     assert [a["fired"] for a in out.applied] == [False, False]
+    # (a cut too: the whole answer goes out)
+    cut = inject(
+        plan, [parse_injection("truncate@token=999"), parse_injection("stall:forever@100%")], rng()
+    )
+    assert (cut.cut_at, cut.cut) == (None, None)
+    assert [a["fired"] for a in cut.applied] == [False, False]
+
+
+@pytest.mark.parametrize("size", ["²", "٣", "3 ", "+3"])
+def test_a_burst_size_is_ascii_digits(size: str) -> None:
+    with pytest.raises(SpecError):
+        parse_injection(f"burst:{size}@start")
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,7 @@ def report(
     metrics: MetricSettings,
 ) -> None:
     """An HTML report that works offline: headline cards, findings, ITL band, stall map."""
+    from steadystream._exceptions import InputError
     from steadystream.bench.verdict import load_files
     from steadystream.cli._errors import exit_on_error
     from steadystream.cli._inputs import read_engine_beside
@@ -102,7 +103,10 @@ def report(
             files=file_of,
             baseline_files=base_file_of,
         )
-        size = write_report(built, output)
+        try:
+            size = write_report(built, output)
+        except OSError as exc:  # (a full disk: the report that was there stays whole)
+            raise InputError(f"cannot write {output}: {exc.strerror or exc}") from exc
         typer.echo(
             f"wrote {output} ({size / 1e6:.1f} MB): {built.fleet.streams:,} streams,"
             f" {len(built.charts)} charts, {len(built.findings)} findings"

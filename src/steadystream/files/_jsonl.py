@@ -7,12 +7,9 @@ timelines read from one block share its arrays, each holding a slice.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import os
-import secrets
-import stat
 import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ from typing import IO, Any, TypeAlias
 import orjson
 
 from steadystream._exceptions import InputError, TimelineFormatError
+from steadystream._replace import replaced
 from steadystream.files._records import decode_lines, encode_records
 from steadystream.timeline import Timeline
 
@@ -115,44 +113,6 @@ class JsonlWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def replaced(path: str) -> Iterator[str]:
-    """A new file's path beside ``path``, moved over ``path`` when the block ends without error.
-
-    A write that fails leaves the file that was there, whole, never a part of a new one: the
-    new file is removed. A replaced file keeps its permissions. A path that is no regular file
-    (``/dev/null``, a FIFO) cannot be replaced, and is written directly.
-    """
-    target = os.path.realpath(path)  # through a symbolic link, as open() goes
-    if os.path.exists(target) and not os.path.isfile(target):
-        yield path
-        return
-    folder, name = os.path.split(target)
-    temp = _create_beside(folder, name, path)
-    try:
-        yield temp
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def _create_beside(folder: str, name: str, path: str) -> str:
-    """An empty new file in ``folder``, hidden, made with the mode open() would give it."""
-    while True:
-        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            continue
-        except OSError as exc:  # named for the file asked for, not the temporary one
-            raise OSError(exc.errno, exc.strerror, path) from None
-        return temp
 
 
 def _compressing(raw: IO[bytes], path: str) -> IO[bytes]:

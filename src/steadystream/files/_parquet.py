@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from steadystream._exceptions import InputError, TimelineFormatError
+from steadystream._replace import replaced
 from steadystream.files._blocks import COUNT_FIELDS, assemble, concat
-from steadystream.files._jsonl import replaced
 from steadystream.files._records import check_schema, encode_records, stream_fields
 from steadystream.timeline import SCHEMA, Timeline
 

@@ -141,7 +141,7 @@ def parse_injection(spec: str) -> Injection:
         raise SpecError(f"{where}: {name} needs a position after '@' (e.g. {name}:...@50%)")
     position = _position(place, where)
     if name == "burst":
-        if not value.isdigit() or not 1 <= int(value) <= _MAX_BURST:
+        if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= _MAX_BURST:
             raise SpecError(
                 f"{where}: burst size {value!r} is not a token count (1 to {_MAX_BURST})"
             )
@@ -241,6 +241,8 @@ def _apply(
     assert event is not None
     fired = event < n
     if injection.kind in ("stall", "truncate") and injection.duration_ns is None:
+        if not fired:  # (past the end: the whole answer goes out, as for any fault there)
+            return {"fired": False, "added_ns": None}
         cut: Cut = "stall" if injection.kind == "stall" else "truncate"
         if plan.cut_at is None or event < plan.cut_at:
             plan.cut_at, plan.cut = event, cut

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from steadystream.__about__ import __version__
+from steadystream._replace import replaced
 from steadystream.report.cards import Card
 from steadystream.report.model import Chart, Report, ReportFinding, WhatIfTable
 
@@ -62,7 +63,8 @@ footer { color: var(--muted); font-size: 13px; margin-top: 28px; }
 def write_report(report: Report, path: str | os.PathLike[str]) -> int:
     """Write the report's HTML to ``path`` and return its size in bytes."""
     data = render_html(report).encode()
-    Path(path).write_bytes(data)
+    with replaced(os.fspath(path)) as target:  # (a failed write keeps the report there)
+        Path(target).write_bytes(data)
     return len(data)
 
 
