@@ -130,16 +130,22 @@ system-parts:
 # its own leaks are not reported (leak checks would flag every interned string).
 SANITIZE := build/sanitize
 SANITIZED := $(SANITIZE)/.built
+SANITIZED_TESTS := tests/gateway/test_fuzz.py tests/gateway/test_line.py \
+	tests/gateway/test_events.py tests/gateway/resume/test_ids.py tests/stamped tests/protocol
 sanitize: $(SANITIZED)
 	rm -rf $(SANITIZE)/run && cp -r src $(SANITIZE)/run
 	find $(SANITIZE)/run -name '*.so' -delete
 	cd $(SANITIZE)/build/src && find . -name '*.so' -exec cp --parents {} ../../run/ \;
+	# (the serial tests, exact to a millisecond on loopback, alone after the rest, as in unit)
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
 		PYTHONPATH=$(SANITIZE)/run STEADYSTREAM_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} \
 		$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal \
-		tests/gateway/test_fuzz.py tests/gateway/test_line.py tests/gateway/test_events.py \
-		tests/gateway/resume/test_ids.py tests/stamped tests/protocol
+		-m "not serial" $(SANITIZED_TESTS)
+	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
+		PYTHONPATH=$(SANITIZE)/run $(BIN)/pytest -q -p no:cacheprovider -m serial \
+		$(SANITIZED_TESTS)
 
 # The instrumented build of the twins, made again only when one's source or the build changes;
 # the rest of the source is copied fresh beside it for every run.
