@@ -155,9 +155,16 @@ def shown_url(url: str) -> str:
     return _QUERY.sub(r"\1***", _USERINFO.sub(lambda m: f"{m[1] or ''}***@", url, count=1))
 
 
-def url_problem(url: str, schemes: Sequence[str], *, no_query: str | None = None) -> str | None:
+def url_problem(
+    url: str,
+    schemes: Sequence[str],
+    *,
+    no_query: str | None = None,
+    not_scheme: str | None = None,
+) -> str | None:
     """What is wrong with ``url`` as a URL of one of ``schemes`` with a host (None: nothing);
-    never quotes it. ``no_query``: why a query or fragment is refused (None: taken)."""
+    never quotes it. ``no_query``: why a query or fragment is refused (None: taken);
+    ``not_scheme``: what to say of another scheme (default: which ones it must start with)."""
     if any(c.isspace() or not c.isprintable() for c in url):
         return "has a space or a control character"
     try:
@@ -170,7 +177,8 @@ def url_problem(url: str, schemes: Sequence[str], *, no_query: str | None = None
             return "the port is out of range (1-65535)"
         return "the port is not a number"
     if parts.scheme not in schemes or not url[len(parts.scheme) :].startswith("://"):
-        return f"does not start with {' or '.join(f'{scheme}://' for scheme in schemes)}"
+        starts = " or ".join(f"{scheme}://" for scheme in schemes)
+        return not_scheme or f"does not start with {starts}"
     if not parts.hostname or not _URL_HOST.fullmatch(parts.hostname):
         return "has no host, or a host that is not one"
     if port is not None and not 1 <= port <= 65535:

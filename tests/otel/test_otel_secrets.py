@@ -11,11 +11,12 @@ import os
 import pytest
 
 from steadystream import ConfigError, Where
+from steadystream._validation import shown_url
 from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.telemetry import bench_telemetry
 from steadystream.gateway import config_from_mapping
 from steadystream.otel import OtelSettings, gateway_stream, open_exporter, resolve_settings
-from steadystream.otel.settings import check_endpoint, shown_endpoint
+from steadystream.otel.settings import check_endpoint
 from tests.support.otel import CALL, edge
 from tests.support.otel_receiver import Collector
 
@@ -124,7 +125,7 @@ def test_a_password_in_an_endpoint_is_kept_out_of_repr() -> None:
     settings = OtelSettings(endpoint=url, headers={"x-team": SECRET})
     assert settings.endpoint == url  # sent as given
     assert SECRET not in repr(settings)
-    assert shown_endpoint(url) == "https://***@otlp.example.com"
+    assert shown_url(url) == "https://***@otlp.example.com"
 
 
 @pytest.mark.integration

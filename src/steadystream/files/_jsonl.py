@@ -286,33 +286,42 @@ class JsonlReader:
 
 
 def _chunks(path: str) -> Iterator[bytes]:
+    return read_blocks(path, _BLOCK_BYTES)
+
+
+def read_blocks(path: str, size: int) -> Iterator[bytes]:
+    """The file's bytes ``size`` at a time, gzip inflated (found by its first bytes).
+
+    zlib directly rather than GzipFile: a file cut by a crash yields all it holds, where
+    GzipFile raises and drops the block it was reading. At most ``size`` comes out of each
+    call: a small file that inflates to gigabytes (a bomb) is read a block at a time, and
+    refused by its reader's bounds, not inflated whole first. (Peers' files too.)
+    """
     try:
         file = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from exc
     with file:
-        raw = file.read(_BLOCK_BYTES)
-        if not raw.startswith(_GZIP_MAGIC):
-            while raw:
-                yield raw
-                raw = file.read(_BLOCK_BYTES)
-            return
-        # zlib directly rather than GzipFile: a file cut by a crash yields all it holds,
-        # where GzipFile raises and drops the block it was reading. At most a block comes
-        # out of each call: a small file that inflates to gigabytes (a bomb) is read a
-        # block at a time, and refused by the line bound, not inflated whole first.
-        inflate = zlib.decompressobj(wbits=31)
-        held = False  # zlib holds more output for the input it took
         try:
+            raw = file.read(size)
+            if not raw.startswith(_GZIP_MAGIC):
+                while raw:
+                    yield raw
+                    raw = file.read(size)
+                return
+            inflate = zlib.decompressobj(wbits=31)
+            held = False  # zlib holds more output for the input it took
             while raw or held:
                 if inflate.eof:  # members back to back (cat a.gz b.gz) are one file
                     inflate = zlib.decompressobj(wbits=31)
-                out = inflate.decompress(raw, _BLOCK_BYTES)
-                held = len(out) == _BLOCK_BYTES and not inflate.eof
+                out = inflate.decompress(raw, size)
+                held = len(out) == size and not inflate.eof
                 raw = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
                 if out:
                     yield out
                 if not raw and not held:
-                    raw = file.read(_BLOCK_BYTES)
+                    raw = file.read(size)
         except zlib.error as exc:
             raise TimelineFormatError(f"not a valid gzip file ({exc})", path=path) from exc
+        except OSError as exc:  # (a read that fails mid-file: a disk error, a directory)
+            raise TimelineFormatError(f"cannot be read: {exc}", path=path) from exc

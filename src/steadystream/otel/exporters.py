@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
@@ -146,40 +146,50 @@ class CountedMetrics(MetricExporter):
 
 def otlp_spans(settings: OtelSettings, counted: Counted) -> SpanExporter:
     """The SDK's OTLP span exporter for ``settings`` (HTTP/protobuf or gRPC)."""
-    endpoint, headers = settings.signal_endpoint("traces"), dict(settings.headers)
-    timeout_s = settings.export_timeout_ms / 1000
+    exporter: Any
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        with counted.quiet(), _headers_hidden():
-            return OTLPSpanExporter(
-                endpoint=endpoint, headers=_grpc_headers(headers), timeout=timeout_s
-            )
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
+        exporter = OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
 
-    with counted.quiet(), _headers_hidden():
-        return HttpSpanExporter(endpoint=endpoint, headers=headers, timeout=timeout_s)
+        exporter = HttpSpanExporter
+    return _built(exporter, settings, "traces", counted)  # type: ignore[no-any-return]
 
 
 def otlp_metrics(settings: OtelSettings, counted: Counted) -> MetricExporter:
     """The SDK's OTLP metric exporter for ``settings`` (HTTP/protobuf or gRPC)."""
-    endpoint, headers = settings.signal_endpoint("metrics"), dict(settings.headers)
-    timeout_s = settings.export_timeout_ms / 1000
+    exporter: Any
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        with counted.quiet(), _headers_hidden():
-            return OTLPMetricExporter(
-                endpoint=endpoint, headers=_grpc_headers(headers), timeout=timeout_s
-            )
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
+        exporter = OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpMetricExporter,
+        )
 
+        exporter = HttpMetricExporter
+    return _built(exporter, settings, "metrics", counted)  # type: ignore[no-any-return]
+
+
+def _built(
+    exporter: Any, settings: OtelSettings, signal: Literal["traces", "metrics"], counted: Counted
+) -> Any:
+    """``exporter`` made for ``signal``: the checked headers given (gRPC's lower-cased), the
+    short timeout, quiet, and with the header variables hidden while it reads them."""
+    headers = dict(settings.headers)
+    if settings.protocol == "grpc":
+        headers = _grpc_headers(headers)
     with counted.quiet(), _headers_hidden():
-        return HttpMetricExporter(endpoint=endpoint, headers=headers, timeout=timeout_s)
+        return exporter(
+            endpoint=settings.signal_endpoint(signal),
+            headers=headers,
+            timeout=settings.export_timeout_ms / 1000,
+        )
 
 
 def _grpc_headers(headers: dict[str, str]) -> dict[str, str]:

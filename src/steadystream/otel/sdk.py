@@ -54,6 +54,7 @@ from opentelemetry.trace import (
 )
 
 from steadystream.__about__ import __version__
+from steadystream._validation import shown_url
 from steadystream.otel.conventions import METRICS
 from steadystream.otel.exporters import (
     Counted,
@@ -62,7 +63,7 @@ from steadystream.otel.exporters import (
     otlp_metrics,
     otlp_spans,
 )
-from steadystream.otel.settings import OtelSettings, shown_endpoint
+from steadystream.otel.settings import OtelSettings
 from steadystream.otel.streams import StreamMeasures, StreamSpan
 from steadystream.otel.traceparent import TraceContext, begin_trace
 
@@ -241,7 +242,7 @@ class OtelExporter:
                 "OpenTelemetry: an export of %s to the collector at %s failed; failures are"
                 " counted in steadystream.otel.dropped_spans and summed up at shutdown",
                 signal,
-                shown_endpoint(self.settings.endpoint),
+                shown_url(self.settings.endpoint),
             )
 
     def _say_what_was_lost(self, *, finished: bool) -> None:
@@ -258,7 +259,7 @@ class OtelExporter:
             self._handed + self.dropped_spans,
             metrics.failed,
             metrics.settled,
-            shown_endpoint(self.settings.endpoint),
+            shown_url(self.settings.endpoint),
             "" if finished else f" (shutdown cut short at {self.settings.shutdown_timeout_ms} ms)",
         )
 

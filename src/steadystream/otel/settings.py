@@ -19,7 +19,7 @@ Read here (the OpenTelemetry SDK's own names and meanings):
 
 The endpoint is checked as a URL (:func:`check_endpoint`): scheme, host, a port in 1-65535,
 no query or fragment; a password in it (``http://user:pw@host``) is never shown
-(:func:`shown_endpoint`).
+(:func:`~steadystream._validation.shown_url`).
 
 Pure: it reads the mapping it is handed, never ``os.environ`` by itself, and imports nothing
 of OpenTelemetry.
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from steadystream._exceptions import ConfigError
+from steadystream._validation import shown_url, url_problem
 
 __all__ = [
     "PROTOCOLS",
@@ -42,7 +43,6 @@ __all__ = [
     "check_endpoint",
     "endpoint_problem",
     "resolve_settings",
-    "shown_endpoint",
 ]
 
 Protocol = Literal["grpc", "http/protobuf"]
@@ -54,9 +54,6 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _VALUE = re.compile(r"^[\x20-\x7e]*$")
 # gRPC metadata keys (lower-cased before they are sent).
 _GRPC_KEY = re.compile(r"^[0-9a-z_.-]+$")
-# A registered name, IPv4 or the inside of an IPv6 literal (urllib strips the brackets).
-_HOST = re.compile(r"^[0-9A-Za-z._~%!$&'()*+,;=:-]+$")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^@]*@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +104,7 @@ class OtelSettings:
     def __repr__(self) -> str:
         # The headers are secrets; a password in the endpoint is one too.
         return (
-            f"OtelSettings(endpoint={shown_endpoint(self.endpoint)!r},"
+            f"OtelSettings(endpoint={shown_url(self.endpoint)!r},"
             f" protocol={self.protocol!r}, service_name={self.service_name!r},"
             f" traces={self.traces}, metrics={self.metrics})"
         )
@@ -186,37 +183,18 @@ def check_endpoint(url: str) -> str:
     :class:`ConfigError` that says why, showing the URL without its password."""
     problem = endpoint_problem(url)
     if problem is not None:
-        raise ConfigError(f"OTLP endpoint {shown_endpoint(url)!r}: {problem}")
+        raise ConfigError(f"OTLP endpoint {shown_url(url)!r}: {problem}")
     return url
 
 
 def endpoint_problem(url: str) -> str | None:
     """What is wrong with ``url`` as a collector's URL (None: nothing); never quotes it."""
-    if any(c.isspace() or not c.isprintable() for c in url):
-        return "has a space or a control character"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:  # urllib's message may quote a part of a mangled password
-        if "IPv6" in str(exc):
-            return "not a URL (an unclosed [)"
-        if "range" in str(exc):
-            return "the port is out of range (1-65535)"
-        return "the port is not a number"
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return "not an http:// or https:// URL (such as http://127.0.0.1:4318)"
-    if not parts.hostname or not _HOST.match(parts.hostname):
-        return "has no host, or a host that is not one"
-    if port is not None and not 1 <= port <= 65535:
-        return "the port is out of range (1-65535)"
-    if "?" in url or "#" in url:
-        return "takes no query or fragment (the signal path is added to it)"
-    return None
-
-
-def shown_endpoint(url: str) -> str:
-    """``url`` as it may be shown: a user and password in it replaced with ``***``."""
-    return _USERINFO.sub(r"\1***@", url)
+    return url_problem(
+        url,
+        ("http", "https"),
+        no_query="the signal path is added to it",
+        not_scheme="not an http:// or https:// URL (such as http://127.0.0.1:4318)",
+    )
 
 
 def _check_header(name: str, value: str, position: int, source: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from steadystream._exceptions import InputError, TimelineFormatError
+from steadystream.files._jsonl import read_blocks
 
 __all__ = [
     "HEAD_BYTES",
@@ -36,41 +37,10 @@ _BLOCK_BYTES = 1 << 20
 
 
 def _blocks(path: str) -> Iterator[bytes]:
-    """The file's bytes a block at a time, gzip inflated.
-
-    zlib directly rather than GzipFile: a file cut short (a tool killed while it wrote)
-    gives all it holds, and its last line is then read as a cut one, where GzipFile raises
-    and drops every record. At most a block comes out of each call, so a small file that
-    inflates to gigabytes is refused by the bounds, not inflated whole first.
-    """
-    try:
-        file = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from exc
-    with file:
-        try:
-            raw = file.read(_BLOCK_BYTES)
-            if not raw.startswith(_GZIP_MAGIC):
-                while raw:
-                    yield raw
-                    raw = file.read(_BLOCK_BYTES)
-                return
-            inflate = zlib.decompressobj(wbits=31)
-            held = False  # zlib holds more output for the input it took
-            while raw or held:
-                if inflate.eof:  # members back to back (cat a.gz b.gz) are one file
-                    inflate = zlib.decompressobj(wbits=31)
-                out = inflate.decompress(raw, _BLOCK_BYTES)
-                held = len(out) == _BLOCK_BYTES and not inflate.eof
-                raw = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
-                if out:
-                    yield out
-                if not raw and not held:
-                    raw = file.read(_BLOCK_BYTES)
-        except zlib.error as exc:
-            raise TimelineFormatError(f"not a valid gzip file ({exc})", path=path) from exc
-        except OSError as exc:
-            raise TimelineFormatError(f"cannot be read: {exc}", path=path) from exc
+    """The file's bytes a block at a time, gzip inflated: a file cut short gives all it
+    holds (its last line is then read as a cut one), and one that inflates to gigabytes is
+    refused by the bounds, not inflated whole first."""
+    return read_blocks(path, _BLOCK_BYTES)
 
 
 def head(path: str) -> bytes:
