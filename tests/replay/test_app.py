@@ -229,3 +229,108 @@ async def test_a_bad_body_is_a_400_naming_the_field() -> None:
     exchange = await ask(app, clock, {"model": "m", "stream": True, "messages": []})
     assert exchange.status == 400
     assert exchange.body()["error"]["param"] == "messages"
+
+
+class _Server:
+    """An ASGI server's side as uvicorn's is: a write waits while the client's window is
+    full, and once the client has left every write returns at once, dropped."""
+
+    def __init__(self, clock: FakeClock, stuck_after: int) -> None:
+        self.clock = clock
+        self.stuck_after = stuck_after  # body writes the client takes before it stops reading
+        self.delivered: list[bytes] = []
+        self.disconnected = False
+        self.complete = False
+        self.changed = asyncio.Event()
+        self.window = asyncio.Event()
+
+    def leave(self) -> None:
+        self.disconnected = True
+        self.changed.set()
+        self.window.set()
+
+    async def receive(self) -> dict[str, Any]:
+        while not (self.disconnected or self.complete):
+            await self.changed.wait()
+            self.changed.clear()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and len(self.delivered) >= self.stuck_after:
+            await self.window.wait()
+        if self.disconnected:
+            return
+        if message["type"] == "http.response.body":
+            self.delivered.append(message["body"])
+            if not message.get("more_body", False):
+                self.complete = True
+                self.changed.set()
+
+
+@pytest.mark.asyncio
+async def test_events_dropped_after_the_client_left_are_not_recorded_as_written() -> None:
+    # The client stops reading after the opening and two events, and leaves 1 s after the
+    # stream's end was due: the write waiting for its window returns (dropped) and so do
+    # the rest. The truth keeps only what went out.
+    clock = FakeClock()
+    app = create_app([recorded()], clock=clock)
+    server = _Server(clock, stuck_after=3)
+    raw = orjson.dumps(CHAT)
+    scope = http_scope(
+        "POST",
+        "/v1/chat/completions",
+        [(b"content-type", b"application/json"), (b"x-request-id", b"r-gone")],
+    )
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await server.receive()
+
+    task = asyncio.ensure_future(app(scope, receive, server.send))
+    await clock.advance(2 * 10**9)
+    assert not task.done()  # (waiting for the client's window)
+    server.leave()
+    await clock.advance(1)
+    await asyncio.wait_for(task, 1)
+    _, truth = await get(app, "/replay/requests/r-gone")
+    played = timeline_from_sse(
+        [(i, body) for i, body in enumerate(server.delivered) if body], stream_id="out"
+    )
+    assert int(played.tokens.sum()) == truth["tokens_written"] == 3
+    assert truth["outcome"] == "cancelled"
+    assert truth["disconnect_noticed_ns"] == 2 * 10**9
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_reads_to_the_end_is_not_taken_for_one_that_left() -> None:
+    # The server reports the disconnect of a finished response too (uvicorn does).
+    clock = FakeClock()
+    app = create_app([recorded()], clock=clock)
+    server = _Server(clock, stuck_after=10**6)
+    raw = orjson.dumps(CHAT)
+    scope = http_scope(
+        "POST",
+        "/v1/chat/completions",
+        [(b"content-type", b"application/json"), (b"x-request-id", b"r-all")],
+    )
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await server.receive()
+
+    task = asyncio.ensure_future(app(scope, receive, server.send))
+    await clock.run_until_idle(limit_ns=3_600 * 10**9)
+    await asyncio.wait_for(task, 1)
+    _, truth = await get(app, "/replay/requests/r-all")
+    assert truth["outcome"] != "cancelled"
+    assert truth["tokens_written"] == 14
+    assert server.complete
+    assert server.delivered[-1].endswith(b"data: [DONE]\n\n")

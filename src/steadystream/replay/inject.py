@@ -197,87 +197,103 @@ def _check_percent(value: float, text: str, where: str) -> None:
 
 
 def inject(plan: Plan, injections: Sequence[Injection], rng: np.random.Generator) -> Plan:
-    """A new plan with ``injections`` applied in order; every draw comes from ``rng``."""
-    out = replace(
-        plan,
-        times=list(plan.times),
-        extra=[dict(e) for e in plan.extra],
-        applied=list(plan.applied),
-    )
-    total = out.total_tokens
-    starts = np.concatenate(([0], np.cumsum(out.tokens, dtype=np.int64)))[:-1]
+    """A new plan with ``injections`` applied in order; every draw comes from ``rng``.
+
+    Array work, not a loop per event: the documented bound of injections on a long stream
+    (10,000 on 5,000 events) builds in well under a second, not minutes on the event loop."""
+    work = _Work(plan)
     for injection in injections:
-        token = injection.position.token(total, rng) if injection.position else None
+        token = injection.position.token(work.total, rng) if injection.position else None
         # the event that carries the token; len(times) when the token is past the end
-        event = None if token is None else int(np.searchsorted(starts, token, side="right")) - 1
-        if event is not None and token is not None and token >= total:
-            event = len(out.times)
+        event = None if token is None else int(np.searchsorted(work.starts, token, "right")) - 1
+        if event is not None and token is not None and token >= work.total:
+            event = work.n
         record: dict[str, Any] = {"spec": injection.spec, "token": token, "event": event}
-        record.update(_apply(out, injection, event, rng))
-        out.applied.append(record)
-    return out
+        record.update(work.apply(injection, event, rng))
+        work.applied.append(record)
+    return work.plan()
 
 
-def _apply(
-    plan: Plan, injection: Injection, event: int | None, rng: np.random.Generator
-) -> dict[str, Any]:
-    times = plan.times
-    n = len(times)
-    if injection.kind == "jitter":
+class _Work:
+    """A plan being injected: its times and injected delays as int64 arrays."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.base = plan
+        self.times = np.array(plan.times, dtype=np.int64)
+        self.n = len(plan.times)
+        tokens = np.array(plan.tokens, dtype=np.int64)
+        self.ends = np.cumsum(tokens)  # the token after each event's last
+        self.starts = self.ends - tokens  # each event's first token
+        self.total = int(self.ends[-1]) if self.n else 0
+        self.end_ns = plan.end_ns
+        self.cut_at, self.cut = plan.cut_at, plan.cut
+        self.applied = list(plan.applied)
+        self.charged: dict[Cause, np.ndarray] = {}  # by cause, ns per event, in order of use
+
+    def apply(
+        self, injection: Injection, event: int | None, rng: np.random.Generator
+    ) -> dict[str, Any]:
+        times, n = self.times, self.n
+        if injection.kind == "jitter":
+            assert injection.duration_ns is not None
+            draws = np.rint(rng.uniform(0, injection.duration_ns, size=n)).astype(np.int64)
+            before = np.diff(times, prepend=0)
+            # each no earlier than the one before it (nor than the arrival): order is kept
+            np.maximum.accumulate(np.maximum(times + draws, 0), out=times)
+            change = np.diff(times, prepend=0) - before
+            change[change < 0] = 0
+            self._charge(Cause.NETWORK_BUFFERING, change)
+            self.end_ns = max(self.end_ns, int(times[-1]) if n else 0)
+            return {"fired": n > 0, "added_ns": int(change.sum())}
+        assert event is not None
+        fired = event < n
+        if injection.kind in ("stall", "truncate") and injection.duration_ns is None:
+            if not fired:  # (past the end: the whole answer goes out, as for any fault there)
+                return {"fired": False, "added_ns": None}
+            cut: Cut = "stall" if injection.kind == "stall" else "truncate"
+            if self.cut_at is None or event < self.cut_at:
+                self.cut_at, self.cut = event, cut
+            return {"fired": True, "added_ns": None}
+        if not fired:
+            return {"fired": False, "added_ns": 0}
+        if injection.kind == "burst":
+            last_token = min(self.total - 1, int(self.starts[event]) + injection.count - 1)
+            last = min(int(np.searchsorted(self.ends, last_token, "right")), n - 1)
+            held = int(times[last] - times[event])
+            times[event:last] = times[last]
+            if held > 0:
+                self._charge_one(Cause.HEAD_BURST, event, held)
+            return {"fired": True, "added_ns": held, "last_event": last}
         assert injection.duration_ns is not None
-        draws = rng.uniform(0, injection.duration_ns, size=n)
-        previous = 0
-        added = 0
-        for i in range(n):
-            before = times[i] - (times[i - 1] if i else 0)
-            times[i] = max(previous, times[i] + round(float(draws[i])))
-            change = times[i] - (times[i - 1] if i else 0) - before
-            if change > 0:
-                _charge(plan, i, Cause.NETWORK_BUFFERING, change)
-                added += change
-            previous = times[i]
-        plan.end_ns = max(plan.end_ns, times[-1] if times else 0)
-        return {"fired": n > 0, "added_ns": added}
-    assert event is not None
-    fired = event < n
-    if injection.kind in ("stall", "truncate") and injection.duration_ns is None:
-        if not fired:  # (past the end: the whole answer goes out, as for any fault there)
-            return {"fired": False, "added_ns": None}
-        cut: Cut = "stall" if injection.kind == "stall" else "truncate"
-        if plan.cut_at is None or event < plan.cut_at:
-            plan.cut_at, plan.cut = event, cut
-        return {"fired": True, "added_ns": None}
-    if not fired:
-        return {"fired": False, "added_ns": 0}
-    if injection.kind == "burst":
-        last_token = min(plan.total_tokens - 1, _first_token(plan, event) + injection.count - 1)
-        last = _event_of(plan, last_token)
-        held = times[last] - times[event]
-        for i in range(event, last):
-            times[i] = times[last]
-        if held > 0:
-            _charge(plan, event, Cause.HEAD_BURST, held)
-        return {"fired": True, "added_ns": held, "last_event": last}
-    assert injection.duration_ns is not None
-    for i in range(event, n):
-        times[i] += injection.duration_ns
-    plan.end_ns += injection.duration_ns
-    _charge(plan, event, Cause.INJECTED_FAULT, injection.duration_ns)
-    return {"fired": True, "added_ns": injection.duration_ns}
+        times[event:] += injection.duration_ns
+        self.end_ns += injection.duration_ns
+        self._charge_one(Cause.INJECTED_FAULT, event, injection.duration_ns)
+        return {"fired": True, "added_ns": injection.duration_ns}
 
+    def _column(self, cause: Cause) -> np.ndarray:
+        column = self.charged.get(cause)
+        if column is None:
+            column = self.charged[cause] = np.zeros(self.n, dtype=np.int64)
+        return column
 
-def _first_token(plan: Plan, event: int) -> int:
-    return sum(plan.tokens[:event])
+    def _charge(self, cause: Cause, ns: np.ndarray) -> None:
+        if ns.any():
+            self._column(cause)[:] += ns
 
+    def _charge_one(self, cause: Cause, event: int, ns: int) -> None:
+        self._column(cause)[event] += ns
 
-def _event_of(plan: Plan, token: int) -> int:
-    seen = 0
-    for i, count in enumerate(plan.tokens):
-        seen += count
-        if token < seen:
-            return i
-    return len(plan.tokens) - 1
-
-
-def _charge(plan: Plan, event: int, cause: Cause, ns: int) -> None:
-    plan.extra[event][cause] = plan.extra[event].get(cause, 0) + ns
+    def plan(self) -> Plan:
+        extra = [dict(e) for e in self.base.extra]
+        for cause, column in self.charged.items():
+            for i in np.flatnonzero(column).tolist():
+                extra[i][cause] = extra[i].get(cause, 0) + int(column[i])
+        return replace(
+            self.base,
+            times=self.times.tolist(),
+            end_ns=self.end_ns,
+            extra=extra,
+            cut_at=self.cut_at,
+            cut=self.cut,
+            applied=self.applied,
+        )

@@ -11,7 +11,10 @@ clock; events already due when the writer wakes go out together, as a server tha
 behind would send them. The writer races the client's disconnect (the gateway's
 :func:`~steadystream.gateway.disconnect.run_until_disconnect`). Every
 write is stamped into the request's ground truth (:class:`RequestTruth`, the lab's record),
-with the injected delay of each gap as its causes.
+with the injected delay of each gap as its causes, once it is known to have gone out: a
+server drops the writes after a client has left without a word (uvicorn does, and a write
+waiting for a slow client's window returns when the client leaves), so after each write the
+writer lets the disconnect's listener run and records nothing that was sent after it.
 
 A stall waits for the client to leave, at most ``stall_limit_ns``: then the body ends with no
 finish and no ``[DONE]`` (no ``message_stop``, no ``response.completed``), as a truncation
@@ -20,12 +23,13 @@ does at once.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from steadystream._api_errors import ApiError
 from steadystream._causes import Cause
@@ -76,12 +80,22 @@ class ReplayResponse(Response):
         self._on_done = on_done
         self._on_injected = on_injected
         self._extra_headers = [(b"x-request-id", truth.request_id.encode())]
+        self._gone_ns: int | None = None  # when the listener saw the client leave
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         truth = self._truth
+
+        async def listened() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and self._gone_ns is None:
+                self._gone_ns = self._clock.now_ns()
+            return message
+
         noticed = await run_until_disconnect(
-            self._write(send), receive, self._clock, answered=lambda: truth.stream_done
+            self._write(send), listened, self._clock, answered=lambda: truth.stream_done
         )
+        if noticed is None and self._gone_ns is not None and not truth.stream_done:
+            noticed = self._gone_ns  # (the writer saw it first, after a write that was dropped)
         if noticed is not None:
             truth.disconnect_noticed_ns = noticed
             self._finish(noticed, "cancelled")
@@ -95,6 +109,12 @@ class ReplayResponse(Response):
         truth.stream_done = truth.engine_done = True
         if self._on_done is not None:
             self._on_done(truth)
+
+    async def _delivered(self) -> bool:
+        """Whether the client is still there: after a write, that it was there to take it.
+        One turn of the loop lets the disconnect's listener see a leaving that dropped it."""
+        await asyncio.sleep(0)
+        return self._gone_ns is None
 
     def _mark_content(self, index: int, written_ns: int, wire_bytes: int) -> None:
         """Record content event ``index`` of the plan as written, with its injected causes."""
@@ -126,8 +146,8 @@ class ReplayResponse(Response):
         start = {"type": "http.response.start", "status": 200}
         await send({**start, "headers": [*_SSE_HEADERS, *self._extra_headers]})
         opening = wire.opening()
-        if opening:
-            await self._send_parts(send, opening, arrival + plan.role_ns, more=True)
+        if opening and not await self._send_parts(send, opening, arrival + plan.role_ns, more=True):
+            return
         i, sent = 0, plan.sent
         while i < sent:
             await clock.sleep_until(arrival + plan.times[i])
@@ -138,6 +158,8 @@ class ReplayResponse(Response):
             pieces = [wire.content(plan.texts[k]) for k in range(i, due)]
             await send({"type": "http.response.body", "body": b"".join(pieces), "more_body": True})
             written = clock.now_ns()
+            if not await self._delivered():
+                return
             for k, data in zip(range(i, due), pieces, strict=True):
                 self._mark_content(k, written, len(data))
             if truth.first_token_ns is None:
@@ -148,8 +170,8 @@ class ReplayResponse(Response):
             await clock.sleep_until(arrival + plan.end_ns)
             text = "".join(plan.texts[:sent])
             before, after = wire.closing("stop", truth.prompt_tokens, truth.tokens_written, text)
-            await self._send_parts(send, [*before, *after], arrival + plan.end_ns, more=False)
-            self._finish(clock.now_ns(), "stop")
+            if await self._send_parts(send, [*before, *after], arrival + plan.end_ns, more=False):
+                self._finish(clock.now_ns(), "stop")
             return
         if plan.cut == "stall":
             # Nothing more until the client leaves (the listener wins the race) or the deadline.
@@ -161,17 +183,28 @@ class ReplayResponse(Response):
                 else plan.end_ns
             )
             await clock.sleep_until(arrival + cut_at)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self._finish(clock.now_ns(), "reset")
+        if await self._delivered():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self._finish(clock.now_ns(), "reset")
 
-    async def _send_parts(self, send: Send, parts: list[Part], planned: int, *, more: bool) -> None:
-        """Write ``parts`` at once; each but the end marker is an event of the truth."""
+    async def _send_parts(self, send: Send, parts: list[Part], planned: int, *, more: bool) -> bool:
+        """Write ``parts`` at once; each but the end marker is an event of the truth. False
+        when the client had left (nothing is recorded).
+
+        The last write is checked before it is made, not after: a server reports the
+        disconnect of a finished response too, and the truth is finished with no turn of the
+        loop between the write and :meth:`_finish`."""
+        if not more and not await self._delivered():
+            return False
         body = b"".join(data for _, data in parts)
         await send({"type": "http.response.body", "body": body, "more_body": more})
         now = self._clock.now_ns()
+        if more and not await self._delivered():
+            return False
         for kind, data in parts:
             if kind is not None:
                 self._truth.add_event(kind, planned, now, 0, len(data))
+        return True
 
     # -- whole responses ------------------------------------------------------------------------
 
@@ -192,6 +225,8 @@ class ReplayResponse(Response):
             status, message = 502, f"replay: cut off ({self._spec_of('truncate')})"
         else:
             await clock.sleep_until(arrival + plan.end_ns)
+        if self._gone_ns is not None:
+            return
         now = clock.now_ns()
         sent = plan.sent
         for k in range(sent):
