@@ -29,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from steadystream._exceptions import InputError
+from steadystream._validation import shown_url
 from steadystream.attribution.engine import EngineSamples
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "is_engine_metrics",
     "parse_exposition",
     "read_engine_metrics",
-    "redact_url",
     "scrape_target",
     "scraping",
     "sidecar_path",
@@ -153,19 +153,6 @@ def _scrape(record: object, path: Path, number: int) -> tuple[float, dict[str, f
     return float(t), clean
 
 
-def redact_url(url: str) -> str:
-    """The URL without user, password, query or fragment: what may be recorded."""
-    from yarl import URL
-
-    try:
-        parsed = URL(url)
-        if not parsed.is_absolute():
-            return "<not a URL>"
-        return str(parsed.with_password(None).with_user(None).with_query(None).with_fragment(None))
-    except (TypeError, ValueError):
-        return "<unreadable url>"
-
-
 class EngineScraper:
     """Scrape ``url`` every ``interval_s`` into ``path`` until stopped.
 
@@ -194,7 +181,7 @@ class EngineScraper:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._wall = wall_clock
-        self._source = redact_url(url)
+        self._source = shown_url(url)
         # Several processes scrape into ``path`` (a gateway's workers): only the one that
         # holds the file's lock does; when it ends, the next to try takes over.
         self._shared = shared
@@ -280,7 +267,7 @@ def check_option(option: str) -> str:
     """``--engine-metrics``: ``auto``, ``off`` or an http(s) URL; anything else is refused."""
     if option not in ("auto", "off") and not option.startswith(("http://", "https://")):
         raise InputError(
-            f"--engine-metrics: expected auto, off or an http(s) URL, got {redact_url(option)!r}"
+            f"--engine-metrics: expected auto, off or an http(s) URL, got {shown_url(option)!r}"
         )
     return option
 
@@ -310,7 +297,7 @@ async def scraping(
         scraper = EngineScraper(url, sidecar_path(run), session)
         if not await scraper.probe():
             say(
-                f"engine metrics: {redact_url(url)} does not answer with Prometheus text;"
+                f"engine metrics: {shown_url(url)} does not answer with Prometheus text;"
                 " not scraped"
             )
             yield None
@@ -323,6 +310,6 @@ async def scraping(
             stop.set()
             await asyncio.wait_for(task, DEFAULT_TIMEOUT_S + 1.0)
             say(
-                f"engine metrics: {scraper.scrapes} scrapes of {redact_url(url)} to"
+                f"engine metrics: {scraper.scrapes} scrapes of {shown_url(url)} to"
                 f" {scraper.path} ({scraper.failures} failed)"
             )

@@ -10,12 +10,12 @@ import orjson
 import pytest
 
 from steadystream._exceptions import InputError
+from steadystream._validation import shown_url
 from steadystream.engine_metrics import (
     SCHEMA,
     EngineScraper,
     parse_exposition,
     read_engine_metrics,
-    redact_url,
     scrape_target,
     sidecar_path,
 )
@@ -105,7 +105,7 @@ def test_targets_and_redaction() -> None:
     assert scrape_target("https://e/m", "http://h:1") == "https://e/m"
     with pytest.raises(InputError, match="--engine-metrics"):
         scrape_target("metrics", "http://h:1")
-    assert redact_url("http://user:secret@h:1/metrics?token=abc") == "http://h:1/metrics"
+    assert shown_url("http://user:secret@h:1/metrics?token=abc") == "http://***@h:1/metrics?***"
 
 
 def scrape_for(url: str, path: Path, seconds: float) -> tuple[EngineScraper, bool]:

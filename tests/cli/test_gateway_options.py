@@ -121,7 +121,7 @@ def test_the_banner_never_says_a_password_or_a_query_in_an_upstreams_url() -> No
     )
     banner = _banner(config, "the line")
     assert "SECRETPW1" not in banner
-    assert "a (http://127.0.0.1:9/v1)" in banner
+    assert "a (http://***@127.0.0.1:9/v1)" in banner
 
 
 def test_a_refusal_at_start_names_the_option_or_the_file_it_came_from(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ import orjson
 from yarl import URL
 
 from steadystream._exceptions import SpecError
+from steadystream._validation import shown_url
 from steadystream.bench.workload import RequestSpec
 
 __all__ = [
@@ -106,7 +107,7 @@ class Endpoint:
             raise SpecError(f"--usage must be one of {', '.join(_USAGE_MODES)}, got {self.usage!r}")
         if not self.model:
             raise SpecError("--model is required: the model name the server serves")
-        shown = _shown_url(self.base_url)  # (a password or a key in the URL is never said)
+        shown = shown_url(self.base_url)  # (a password or a key in the URL is never said)
         try:
             url = URL(self.base_url)
         except (ValueError, TypeError) as exc:
@@ -262,12 +263,3 @@ def _text_of(content: Any) -> str:
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return ""
-
-
-def _shown_url(text: str) -> str:
-    """A URL as an error may say it: no user, password, query or fragment."""
-    try:
-        url = URL(text)
-        return str(url.with_user(None).with_query(None).with_fragment(None))
-    except (TypeError, ValueError):
-        return "<unreadable URL>"

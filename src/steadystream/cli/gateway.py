@@ -73,8 +73,8 @@ def gateway(
     # SIGHUP must not end a gateway that is still starting.
     with handling(signal.SIGHUP, signal.SIG_IGN):
         from steadystream._exceptions import ConfigError
+        from steadystream._validation import shown_url
         from steadystream.cli._errors import exit_on_error
-        from steadystream.engine_metrics import redact_url
         from steadystream.gateway.app import check_startable
         from steadystream.gateway.config import (
             config_from_upstreams,
@@ -109,7 +109,7 @@ def gateway(
                 raise ConfigError(_named(str(exc), config, pacer, record)) from exc
             typer.echo(_banner(chosen, describe_line()))
             for upstream_config in chosen.upstreams_in_order():
-                base = redact_url(upstream_config.base_url).rstrip("/")
+                base = shown_url(upstream_config.base_url).rstrip("/")
                 if not base.endswith("/v1"):
                     # Not an error (a provider may serve its API elsewhere), but the commonest
                     # first mistake: the server's root given where its API base goes.
@@ -140,9 +140,9 @@ def _named(message: str, config: Path | None, pacer: str | None, record: Path | 
 def _banner(config: GatewayConfig, line: str) -> str:
     """The start line: where it listens, what it relays to, and how (an upstream's URL
     without its user, password or query: it may carry a key)."""
-    from steadystream.engine_metrics import redact_url
+    from steadystream._validation import shown_url
 
-    names = ", ".join(f"{u.name} ({redact_url(u.base_url)})" for u in config.upstreams_in_order())
+    names = ", ".join(f"{u.name} ({shown_url(u.base_url)})" for u in config.upstreams_in_order())
     tenants = f"{len(config.tenants)} tenants" if config.tenants else "open (no tenants)"
     pacing = f"paced by {config.pacing.default}" if config.pacing.default else "not paced"
     recording = config.recording

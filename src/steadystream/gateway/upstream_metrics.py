@@ -18,11 +18,11 @@ from pathlib import Path
 
 from yarl import URL
 
+from steadystream._validation import shown_url
 from steadystream.engine_metrics import (
     DEFAULT_TIMEOUT_S,
     EngineScraper,
     gateway_metrics_path,
-    redact_url,
 )
 from steadystream.gateway.config import GatewayConfig
 
@@ -53,7 +53,7 @@ async def scraping_upstreams(config: GatewayConfig) -> AsyncIterator[list[Engine
             if await scraper.probe():
                 scrapers.append(scraper)
             else:
-                log.info("engine metrics: %s does not answer; not scraped", redact_url(url))
+                log.info("engine metrics: %s does not answer; not scraped", shown_url(url))
         stop = asyncio.Event()
         tasks = [asyncio.create_task(s.run(stop)) for s in scrapers]
         try:
