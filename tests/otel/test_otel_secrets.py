@@ -170,3 +170,46 @@ def test_a_refused_header_ends_the_bench_before_it_starts(
     out, err = capfd.readouterr()
     assert SECRET not in out + err
     assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.integration
+def test_a_signals_own_endpoint_and_headers_replace_the_common_ones_for_it() -> None:
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the traces' whole URL; the metrics keep the
+    # common endpoint and headers.
+    up = edge(Where.GATEWAY_UPSTREAM, [100, 120, 140])
+    down = edge(Where.GATEWAY_DOWNSTREAM, [101, 121, 141])
+    with Collector("takes") as collector:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            HEADERS: "x-team=common",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{collector.url}/own/v1/traces",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=for-traces",
+        }
+        settings = resolve_settings(env)
+        assert settings is not None
+        exporter = open_exporter(settings)
+        exporter.export_stream(*gateway_stream(up, down, CALL))
+        exporter.shutdown()
+    sent = {(r.path, r.headers["x-team"]) for r in collector.received}
+    assert sent == {("/own/v1/traces", "for-traces"), ("/v1/metrics", "common")}
+
+
+def test_a_signals_own_settings_are_checked_as_the_common_ones() -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_METRICS_HEADERS") as caught:
+        resolve_settings({**env, "OTEL_EXPORTER_OTLP_METRICS_HEADERS": f"bad key={SECRET}"})
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ConfigError, match="OTLP endpoint") as caught:
+        resolve_settings({**env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"ftp://u:{SECRET}@c"})
+    assert SECRET not in str(caught.value)
+    # A signal's endpoint alone turns telemetry on for that signal only.
+    alone = resolve_settings({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/t"})
+    assert alone is not None
+    assert (alone.traces, alone.metrics) == (True, False)
+    assert alone.signal_endpoint("traces") == "http://c:4318/t"
+    # An endpoint the configuration names wins over every one of the environment's.
+    named = resolve_settings(
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/t"}, endpoint="http://d:4318"
+    )
+    assert named is not None
+    assert named.signal_endpoint("traces") == "http://d:4318/v1/traces"

@@ -181,7 +181,7 @@ def _built(
 ) -> Any:
     """``exporter`` made for ``signal``: the checked headers given (gRPC's lower-cased), the
     short timeout, quiet, and with the header variables hidden while it reads them."""
-    headers = dict(settings.headers)
+    headers = dict(settings.signal_headers_for(signal))
     if settings.protocol == "grpc":
         headers = _grpc_headers(headers)
     with counted.quiet(), _headers_hidden():

@@ -13,6 +13,10 @@ Read here (the OpenTelemetry SDK's own names and meanings):
   every export. They usually hold a collector's key: they are kept out of ``repr`` and of
   every message here, and a malformed one is refused here, naming its member's number, before
   the SDK could log it. Names are RFC 9110 tokens, values printable ASCII;
+- ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``/``..._METRICS_ENDPOINT`` and
+  ``OTEL_EXPORTER_OTLP_TRACES_HEADERS``/``..._METRICS_HEADERS``: one signal's own, in place of
+  the common ones for that signal (a signal's endpoint is its whole URL: nothing is added to
+  it); checked as the common ones are. A signal endpoint alone turns telemetry on;
 - ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (``key=value,...``): the resource;
 - ``OTEL_TRACES_EXPORTER=none`` or ``OTEL_METRICS_EXPORTER=none``: that signal is not sent
   (a collector that takes only traces, such as Arize Phoenix); any other value is OTLP.
@@ -65,6 +69,10 @@ class OtelSettings:
     service_name: str = "steadystream"
     resource: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
+    signal_endpoints: Mapping[str, str] = field(default_factory=dict)
+    """A signal's own URL, taken as it is (``traces``, ``metrics``)."""
+    signal_headers: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
+    """A signal's own headers, in place of :attr:`headers` for it."""
     max_queue_spans: int = 2048
     """Spans waiting for export at most; more are dropped and counted, never waited for."""
     span_delay_ms: int = 1000
@@ -93,11 +101,20 @@ class OtelSettings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"OTLP {name}: must be at least 1")
-        for position, (name, value) in enumerate(self.headers.items(), start=1):
-            _check_header(name, value, position, "OTLP headers")
+        for signal, url in self.signal_endpoints.items():
+            _check_signal(signal, "endpoint")
+            check_endpoint(url)
+        self._check_headers(self.headers, "OTLP headers")
+        for signal, headers in self.signal_headers.items():
+            _check_signal(signal, "headers")
+            self._check_headers(headers, f"OTLP {signal} headers")
+
+    def _check_headers(self, headers: Mapping[str, str], source: str) -> None:
+        for position, (name, value) in enumerate(headers.items(), start=1):
+            _check_header(name, value, position, source)
             if self.protocol == "grpc" and not _GRPC_KEY.match(name.lower()):
                 raise ConfigError(
-                    f"OTLP headers: member {position}: gRPC metadata names are letters, digits"
+                    f"{source}: member {position}: gRPC metadata names are letters, digits"
                     " and _ . - only"
                 )
 
@@ -110,10 +127,28 @@ class OtelSettings:
         )
 
     def signal_endpoint(self, signal: Literal["traces", "metrics"]) -> str:
-        """The URL one signal is sent to (HTTP/protobuf: the base and ``/v1/<signal>``)."""
+        """The URL one signal is sent to: its own, else (HTTP/protobuf) the base and
+        ``/v1/<signal>``."""
+        own = self.signal_endpoints.get(signal)
+        if own is not None:
+            return own
         if self.protocol == "grpc":
             return self.endpoint
         return f"{self.endpoint.rstrip('/')}/v1/{signal}"
+
+    def signal_headers_for(self, signal: Literal["traces", "metrics"]) -> Mapping[str, str]:
+        """The headers one signal is sent with: its own, else the common ones."""
+        return self.signal_headers.get(signal, self.headers)
+
+
+_SIGNALS = ("traces", "metrics")
+
+
+def _check_signal(signal: str, what: str) -> None:
+    if signal not in _SIGNALS:
+        raise ConfigError(
+            f"OTLP signal {what}: unknown signal {signal!r} (accepted: traces, metrics)"
+        )
 
 
 def resolve_settings(
@@ -136,6 +171,15 @@ def resolve_settings(
     """
     if _true(env.get("OTEL_SDK_DISABLED", "")) or enabled is False:
         return None
+    own = {  # (an endpoint the configuration names wins over all of the environment's)
+        signal: url
+        for signal in _SIGNALS
+        if not endpoint and (url := env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"))
+    }
+    only_own = not endpoint and not env.get("OTEL_EXPORTER_OTLP_ENDPOINT") and bool(own)
+    if only_own:
+        # (a signal's endpoint alone: the other signal has none, and is not sent)
+        endpoint = next(iter(own.values()))
     endpoint = endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
     if endpoint is None:
         if enabled:
@@ -167,11 +211,25 @@ def resolve_settings(
         headers=_pairs(
             env.get("OTEL_EXPORTER_OTLP_HEADERS", ""), "OTEL_EXPORTER_OTLP_HEADERS", headers=True
         ),
+        signal_endpoints=own,
+        signal_headers={
+            signal: _pairs(env[name], name, headers=True)
+            for signal in _SIGNALS
+            if (name := f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS") in env
+        },
         max_queue_spans=max_queue_spans,
         metrics_interval_ms=metrics_interval_ms,
-        traces=env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none",
-        metrics=env.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() != "none",
+        traces=_sent(env, "traces", own, only_own),
+        metrics=_sent(env, "metrics", own, only_own),
     )
+
+
+def _sent(env: Mapping[str, str], signal: str, own: Mapping[str, str], only_own: bool) -> bool:
+    """Whether ``signal`` is exported: not ``OTEL_<SIGNAL>_EXPORTER=none``, and somewhere to
+    send it (when only signal endpoints are set, only those signals are)."""
+    if env.get(f"OTEL_{signal.upper()}_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return signal in own or not only_own
 
 
 def _true(value: str) -> bool:
