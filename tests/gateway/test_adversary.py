@@ -158,6 +158,19 @@ def test_a_model_list_that_quotes_the_key_is_scrubbed(upstream: HostileUpstream)
     assert ids == ["lab", "model-of-***"]
 
 
+@pytest.mark.parametrize("data", ["null", "5", '{"id":"x"}', '"lab"'])
+def test_a_model_list_whose_data_is_no_list_lists_the_configured_models(
+    upstream: HostileUpstream, data: str
+) -> None:
+    """Failed before: ``"data": null`` was a 500 with a traceback (``'NoneType' object is
+    not iterable``)."""
+    config = gateway_config(hostile(upstream), hostile(upstream, "named", models=["m1"]))
+    with GatewayServer(config, env={"UPSTREAM_KEY": f"models-data-{data}"}) as gw:
+        status, body = get(gw.url, "/v1/models")
+    assert status == 200
+    assert [item["id"] for item in orjson.loads(body)["data"]] == ["m1"]
+
+
 def test_a_key_quoted_cut_short_is_hidden_from_its_eighth_character() -> None:
     """Failed before: a bad chunk's preview, or aiohttp's excerpt of a bad header line, cut
     the key and quoted its start (``sk-upstream-very...``) to the client, logs, recordings."""

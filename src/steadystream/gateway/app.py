@@ -476,7 +476,8 @@ def _models(state: GatewayState) -> _Endpoint:
             except UpstreamError as exc:
                 state.log.info("models of upstream %s: %s", upstream.name, exc)
                 continue
-            for item in listed.get("data", []) if isinstance(listed, dict) else []:
+            data = listed.get("data") if isinstance(listed, dict) else None
+            for item in data if isinstance(data, list) else ():  # (null, a number: nothing)
                 if isinstance(item, dict) and isinstance(item.get("id"), str):
                     names.setdefault(state.pool.redact(item["id"]), None)  # text from outside
         created = int(time.time())

@@ -17,6 +17,7 @@ stamps (non-streaming answers, ``/models``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from steadystream.gateway.translation import chat_request, upstream_api
 from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
 __all__ = [
+    "MIN_HIDDEN_KEY_CHARS",
     "ResponseTooLargeError",
     "UpstreamPool",
     "UpstreamTimeoutError",
@@ -52,6 +54,8 @@ __all__ = [
     "safe_header",
 ]
 
+log = logging.getLogger("steadystream.gateway")
+
 _ERROR_BODY_LIMIT = 4096
 _MESSAGE_LIMIT = 4096  # characters of an upstream's text kept in a message (redact)
 # A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
@@ -60,6 +64,10 @@ _MESSAGE_LIMIT = 4096  # characters of an upstream's text kept in a message (red
 _ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
 _ASCII_ESCAPE_BYTES = re.compile(rb"\\(?:u00[2-7]|/)")
 _KEY_START = 8  # the characters of a key that, quoted cut short, are hidden all the same
+MIN_HIDDEN_KEY_CHARS = _KEY_START
+"""A key shorter than this is a placeholder (vLLM's ``EMPTY``, an ``x``), not a secret: it
+is not scrubbed, since its every occurrence in every answer would become ``***`` (a short
+real key is no secret either: it can be guessed)."""
 _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
 _RETRY_AFTER = re.compile(
@@ -68,6 +76,12 @@ _RETRY_AFTER = re.compile(
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(?:; ?charset=[A-Za-z0-9_-]+)?$"
 )
+
+
+def _hidden(key: str) -> bool:
+    """Whether ``key`` is scrubbed: every key that can be a secret (see
+    :data:`MIN_HIDDEN_KEY_CHARS`)."""
+    return len(key) >= MIN_HIDDEN_KEY_CHARS
 
 
 class ResponseTooLargeError(UpstreamStreamError):
@@ -83,7 +97,8 @@ class KeyScrubber:
     short (an 80-character preview of a bad chunk, a model repeating most of a key) is
     hidden from its start on. One substring search per key and call when no key is there.
     A key cut across two events is beyond it (the second event holds no key's start); an
-    upstream that echoes a key sends it whole.
+    upstream that echoes a key sends it whole. :class:`UpstreamPool` gives it no key shorter
+    than :data:`MIN_HIDDEN_KEY_CHARS`.
     """
 
     __slots__ = ("_keys",)
@@ -241,8 +256,19 @@ class UpstreamPool:
             self._keys[upstream.name] = key
         # What is scrubbed: the upstreams' keys and the tenants' gateway keys (a user may paste
         # one into a prompt and the model quote it back: it is not recorded either).
-        tenant_keys = [env.get(name) for t in config.tenants for name in t.api_key_env]
-        self._secrets = list(dict.fromkeys([*self._keys.values(), *filter(None, tenant_keys)]))
+        named = [(f"upstream {name!r}", key) for name, key in self._keys.items()]
+        for tenant in config.tenants:
+            named += [(f"tenant {tenant.name!r}", env.get(var, "")) for var in tenant.api_key_env]
+        self._secrets = list(dict.fromkeys(key for _, key in named if _hidden(key)))
+        for whose, key in named:
+            if key and not _hidden(key):
+                log.warning(
+                    "%s: its key is shorter than %d characters, a placeholder rather than a"
+                    " secret: it is not hidden from answers, logs and recordings (hiding it"
+                    " would turn every place a model writes it into ***)",
+                    whose,
+                    MIN_HIDDEN_KEY_CHARS,
+                )
         self._scrubber = KeyScrubber([key.encode() for key in self._secrets])
 
     def __repr__(self) -> str:  # never the keys
@@ -326,13 +352,16 @@ class UpstreamPool:
     ) -> aiohttp.ClientResponse:
         """Send a request; return the response once its headers arrived with a 2xx status.
 
-        ``timeout_s`` bounds the wait for the response headers. On an error status the body
-        is read (up to a few KiB) for the upstream's own message and the response closed.
+        ``timeout_s`` bounds the wait for the response headers and, on an error status, for
+        the body read (up to a few KiB) for the upstream's own message, together: an upstream
+        that sends an error head and then nothing is not waited for past it (its message is
+        then the status's reason). The response is closed.
         """
         session = self._session()
         url = f"{upstream.base_url}{path}"
         headers = self._headers(upstream, request_id, client_headers, path)
         timeout = aiohttp.ClientTimeout(total=None, connect=upstream.timeouts.connect / 1e9)
+        deadline = _deadline(timeout_s)
         with map_transport_errors(
             UpstreamConnectError,
             f"cannot reach upstream {upstream.name!r}",
@@ -341,14 +370,14 @@ class UpstreamPool:
             ),
             redact=self.redact,
         ):
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 response = await session.post(
                     url, data=orjson.dumps(body), headers=headers, timeout=timeout
                 )
         if response.status < 300:
             return response
         try:
-            message = await self._error_message(response)
+            message = await self._error_message(response, deadline)
         finally:
             response.close()
         raise UpstreamStatusError(
@@ -379,10 +408,13 @@ class UpstreamPool:
         return self.session
 
     @staticmethod
-    async def _error_message(response: aiohttp.ClientResponse) -> str:
-        try:
+    async def _error_message(
+        response: aiohttp.ClientResponse, deadline: float | None = None
+    ) -> str:
+        try:  # (a TimeoutError is an OSError: mapped too)
             with map_transport_errors(UpstreamStreamError, "error body"):
-                raw = await response.content.read(_ERROR_BODY_LIMIT)
+                async with asyncio.timeout_at(deadline):
+                    raw = await response.content.read(_ERROR_BODY_LIMIT)
         except UpstreamStreamError:
             raw = b""
         return _message_in(raw, response.reason)
@@ -408,8 +440,9 @@ class UpstreamPool:
         name = upstream.name
         headers = self._headers(upstream, request_id, client_headers, path)
         conn: StampedConnection | None = None
+        deadline = _deadline(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 conn = await connection_type().open(
                     Target.from_url(f"{upstream.base_url}{path}"),
                     clock,
@@ -431,11 +464,18 @@ class UpstreamPool:
             raise UpstreamConnectError(
                 self.redact(f"cannot reach upstream {name!r}: {exc}")
             ) from exc
+        except BaseException:
+            # Cancelled (the client left while the engine queued or prefilled): the
+            # connection is closed here, or the engine goes on generating for nobody.
+            if conn is not None:
+                conn.close()
+            raise
         if 200 <= head.status < 300:  # (a 101 that switched protocols is no answer)
             return conn
         try:
-            raw = await conn.read_body(_ERROR_BODY_LIMIT)
-        except (UpstreamStreamError, ProtocolError):
+            async with asyncio.timeout_at(deadline):  # (the head's budget, as in post)
+                raw = await conn.read_body(_ERROR_BODY_LIMIT)
+        except (UpstreamStreamError, ProtocolError, TimeoutError):
             raw = b""
         finally:
             conn.close()
@@ -444,6 +484,11 @@ class UpstreamPool:
             self.redact(_message_in(raw, head.reason)),
             retry_after=safe_header(head.headers.get("retry-after"), _RETRY_AFTER),
         )
+
+
+def _deadline(timeout_s: float | None) -> float | None:
+    """The loop's instant ``timeout_s`` from now (None: no bound)."""
+    return None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
 
 
 def _message_in(raw: bytes, reason: str | None) -> str:
