@@ -96,7 +96,18 @@ def parse_size(text: str, *, name: str = "size") -> int:
     if unit not in _SIZE_UNITS:
         accepted = ", ".join(u for u in _SIZE_UNITS if u)
         raise SpecError(f"{name}: unknown unit {unit!r} in {text!r} (accepted: {accepted})")
-    return int(number) * _SIZE_UNITS[unit]
+    # (int() of a number past 4,300 digits is a ValueError of its own: never made)
+    size = int(number) * _SIZE_UNITS[unit] if len(number.lstrip("0")) <= 20 else _MAX_SIZE + 1
+    if size > _MAX_SIZE:
+        raise SpecError(f"{name}: {_shown(text)} is larger than the largest size held (2**63-1)")
+    return size
+
+
+_MAX_SIZE = 2**63 - 1
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
 
 
 def format_duration(ns: int | float | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from pydantic import Field
 
 from steadystream._flags import Flag
 from steadystream._options import KeepText, TruthRecord
@@ -26,7 +27,7 @@ def lab(
         ),
     ] = "steady",
     listen: Listen,
-    seed: Annotated[int, Flag("Same seed + scenario + arrivals: same pauses.")] = 0,
+    seed: Annotated[int, Field(ge=0), Flag("Same seed + scenario + arrivals: same pauses.")] = 0,
     record: TruthRecord,
     keep_text: KeepText,
     list_presets: Annotated[
@@ -41,6 +42,7 @@ def lab(
         for line in preset_lines():
             typer.echo(line)
         return
+    from steadystream._exceptions import InputError
     from steadystream.files import JsonlWriter
     from steadystream.lab.scenario_file import load_scenario
     from steadystream.lab.server import serve
@@ -48,7 +50,12 @@ def lab(
 
     with exit_on_error():
         chosen = load_scenario(scenario)
-        writer = JsonlWriter(record, keep_text=keep_text, append=True) if record else None
+        try:
+            writer = JsonlWriter(record, keep_text=keep_text, append=True) if record else None
+        except OSError as exc:  # a folder, a missing folder, no permission
+            raise InputError(
+                f"--record: cannot write {str(record)!r}: {exc.strerror or exc}"
+            ) from exc
     host, port = listen.host, listen.port
     typer.echo(
         f"lab: scenario {chosen.name!r}, seed {seed}, models {', '.join(chosen.server.models)} "

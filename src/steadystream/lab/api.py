@@ -232,7 +232,24 @@ def parse_body(raw: bytes, model: type[_Request]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"]) or None
-        message = f"{param}: {first['msg']}" if param else first["msg"]
+        errors = [(_field_path(error["loc"]), error["msg"]) for error in exc.errors()]
+        first = errors[0][0]
+        # A value that fits none of a union's members has one error per member; the deepest
+        # is about what was sent (a list's wrong item), not "should be a valid string".
+        path, why = max((e for e in errors if e[0][: len(first)] == first), key=lambda e: len(e[0]))
+        param = ".".join(str(part) for part in path) or None
+        message = f"{param}: {why}" if param else why
         raise ApiError(400, message, param=param) from exc
+
+
+_UNION_MEMBERS = frozenset({"str", "int", "float", "bool"})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """pydantic's location of an error less the union members it names (``str``,
+    ``list[ContentPart]``): those are no field of the body (no field here has such a name)."""
+    return tuple(
+        part
+        for part in loc
+        if not (isinstance(part, str) and (part in _UNION_MEMBERS or "[" in part))
+    )

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from steadystream._api_errors import json_response
+from steadystream._api_errors import is_client_id, json_response
 from steadystream._clock import Clock
 from steadystream._exceptions import SpecError
 from steadystream.lab.api import ApiError, LabBody, error_response, parse_body
@@ -167,8 +167,10 @@ def _credential(request: Request, names: tuple[str, ...]) -> tuple[str, str | No
 
 
 def _request_id(state: LabState, given: str | None) -> str:
+    """The client's id when it may be used as given (:func:`is_client_id`: it becomes a key,
+    a header, a URL path and part of JSON ids), numbered if repeated; else a new one."""
     truths = state.engine.truths
-    if not given:
+    if not given or not is_client_id(given):
         while (candidate := f"lab-{next(state.ids):06d}") in truths:
             pass
         return candidate

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream._clock import Clock, MonotonicClock
+from steadystream._exceptions import ConfigError
 from steadystream._tasks import cancel_and_wait
 from steadystream.lab.causes import Cause, charge
 from steadystream.lab.emission import Emitter
@@ -55,6 +56,8 @@ class LabEngine:
         metrics: LabMetrics | None = None,
         on_done: Callable[[RequestTruth], None] | None = None,
     ) -> None:
+        if seed < 0:  # numpy seeds its generators from non-negative integers only
+            raise ConfigError(f"the lab's seed must be 0 or more, got {seed}")
         self.scenario = scenario
         self.seed = seed
         self.clock: Clock = clock if clock is not None else MonotonicClock()

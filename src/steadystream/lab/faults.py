@@ -10,8 +10,8 @@ Header grammar (comma separated, each at most once)::
     stall-after=N:DURATION    no tokens for DURATION after N tokens (e.g. 20:3s, 5:500ms)
     stall-after=N:forever     no more tokens until the client goes away
     slow-first-token=DURATION the request waits DURATION before it is admitted
-    oversize-after=N:SIZE     the event after N tokens is SIZE bytes (4MB, 512KiB, 65536):
-                              its text is padded in one ``data:`` line
+    oversize-after=N:SIZE     the event after N tokens is SIZE bytes (4MB, 512KiB, 65536;
+                              at most 64MiB): its text is padded in one ``data:`` line
     silent-finish=DURATION    after the finish chunk, nothing (no usage, no [DONE], no close)
                               for DURATION; then the rest and a clean end
 
@@ -30,7 +30,7 @@ from typing import Literal
 
 from steadystream._exceptions import SpecError
 from steadystream._units import parse_duration, parse_size
-from steadystream.lab.scenario import FaultParams
+from steadystream.lab.scenario import MAX_OVERSIZE_BYTES, FaultParams
 
 __all__ = ["FAULT_HEADER", "EchoForm", "FaultSpec", "parse_fault_header"]
 
@@ -166,9 +166,15 @@ def parse_fault_header(value: str) -> FaultSpec:
     if "oversize-after" in fields:
         count, size = _pair(fields, "oversize-after", "N:SIZE (e.g. 5:4MB)")
         oversize_after = _int(count, "oversize-after")
-        oversize_bytes = parse_size(size, name=f"{FAULT_HEADER} oversize-after")
-        if oversize_bytes <= 0:
-            raise SpecError(f"{FAULT_HEADER}: oversize-after needs a size above 0, got {size!r}")
+        try:
+            oversize_bytes = parse_size(size, name=f"{FAULT_HEADER} oversize-after")
+        except ValueError:  # a number too long for int() (over 4300 digits)
+            oversize_bytes = MAX_OVERSIZE_BYTES + 1
+        if not 0 < oversize_bytes <= MAX_OVERSIZE_BYTES:
+            raise SpecError(
+                f"{FAULT_HEADER}: oversize-after needs a size above 0 and at most "
+                f"{MAX_OVERSIZE_BYTES} bytes (64MiB), got {size!r}"
+            )
     return FaultSpec(
         error_after=_count(fields, "error-after"),
         reset_after=_count(fields, "reset-after"),

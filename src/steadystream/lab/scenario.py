@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from steadystream._validation import ConfigErrorWhenCalled
 
 __all__ = [
+    "MAX_OVERSIZE_BYTES",
+    "MAX_TOKENS",
     "BackgroundParams",
     "EmissionParams",
     "FaultParams",
@@ -27,9 +29,17 @@ __all__ = [
     "SpecDecodeParams",
 ]
 
+MAX_TOKENS = 1 << 24
+"""The most tokens a count may name (an answer, a prompt), and the most the KV cache may
+hold: far past any context window, and small enough that an answer's text, drawn at its
+arrival, stays a bounded amount of work."""
+MAX_OVERSIZE_BYTES = 64 << 20
+"""The largest event the oversize fault makes (64 MiB, the same bound for the header)."""
+
 
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinity or NaN: every duration becomes integer nanoseconds in the engine.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SchedulerParams(_Params):
@@ -51,8 +61,16 @@ class SchedulerParams(_Params):
 class KvCacheParams(_Params):
     """The KV cache budget; a step that would exceed it preempts the newest sequence."""
 
-    block_tokens: int = Field(16, ge=1, description="tokens per KV block")
-    total_blocks: int = Field(65_536, ge=1, description="blocks in the cache")
+    block_tokens: int = Field(16, ge=1, le=MAX_TOKENS, description="tokens per KV block")
+    total_blocks: int = Field(65_536, ge=1, le=MAX_TOKENS, description="blocks in the cache")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> KvCacheParams:
+        if self.block_tokens * self.total_blocks > MAX_TOKENS:
+            raise ValueError(
+                f"the cache may hold at most {MAX_TOKENS} tokens (total_blocks x block_tokens)"
+            )
+        return self
 
 
 class SpecDecodeParams(_Params):
@@ -114,10 +132,10 @@ class NetworkParams(_Params):
 class OutputParams(_Params):
     """Answer lengths and how prompts are counted."""
 
-    min_tokens: int = Field(150, ge=1, description="shortest natural answer")
-    max_tokens: int = Field(300, ge=1, description="longest natural answer")
+    min_tokens: int = Field(150, ge=1, le=MAX_TOKENS, description="shortest natural answer")
+    max_tokens: int = Field(300, ge=1, le=MAX_TOKENS, description="longest natural answer")
     prompt_overhead_tokens: int = Field(
-        8, ge=0, description="tokens the chat template adds to a prompt"
+        8, ge=0, le=MAX_TOKENS, description="tokens the chat template adds to a prompt"
     )
 
     @model_validator(mode="after")
@@ -133,8 +151,8 @@ class BackgroundParams(_Params):
     every_ms: float = Field(0.0, ge=0, description="one background request this often (0: off)")
     first_at_ms: float = Field(0.0, ge=0, description="the first one, after the engine starts")
     max_alive: int = Field(1_000, ge=1, description="skip an arrival while this many are alive")
-    prompt_tokens: int = Field(2_000, ge=1, description="prompt length of each")
-    output_tokens: int = Field(32, ge=1, description="tokens each generates")
+    prompt_tokens: int = Field(2_000, ge=1, le=MAX_TOKENS, description="prompt length of each")
+    output_tokens: int = Field(32, ge=1, le=MAX_TOKENS, description="tokens each generates")
 
 
 class FaultParams(_Params):
@@ -153,7 +171,9 @@ class FaultParams(_Params):
         "error", description="the echo as an in-band error event, or as a broken chunk"
     )
     oversize_after: int | None = Field(None, ge=0, description="one oversized event after N")
-    oversize_bytes: int = Field(4_194_304, ge=1, description="the oversized event's size")
+    oversize_bytes: int = Field(
+        4_194_304, ge=1, le=MAX_OVERSIZE_BYTES, description="the oversized event's size"
+    )
     silent_finish_ms: float | None = Field(
         None, ge=0, description="silence after the finish chunk, before usage and [DONE]"
     )

@@ -162,11 +162,7 @@ class Scheduler:
         self.parked = still
 
     def _take_arrivals(self, now: int) -> None:
-        while self.bg_next_ns is not None and self.bg_next_ns <= now:
-            if self.bg_alive < self.scenario.background.max_alive and self.make_background:
-                self.bg_alive += 1
-                self.arrivals.append(self.make_background(self.bg_next_ns))
-            self.bg_next_ns += self._bg_every_ns
+        self._take_background(now)
         if not self.arrivals:
             return
         still = []
@@ -180,6 +176,21 @@ class Scheduler:
             else:
                 still.append(seq)
         self.arrivals = still
+
+    def _take_background(self, now: int) -> None:
+        """The background arrivals due by ``now``, in order: each arrives while fewer than
+        ``max_alive`` are alive, the rest are skipped. Counted, not walked one by one: a
+        short ``every_ms`` makes millions due in one step."""
+        first, make = self.bg_next_ns, self.make_background
+        if first is None or first > now or make is None:
+            return
+        every = self._bg_every_ns
+        due = (now - first) // every + 1
+        room = self.scenario.background.max_alive - self.bg_alive
+        for i in range(min(due, max(room, 0))):
+            self.bg_alive += 1
+            self.arrivals.append(make(first + i * every))
+        self.bg_next_ns = first + due * every
 
     def _deliver(self, seq: Sequence, now: int) -> None:
         n = seq.step_tokens

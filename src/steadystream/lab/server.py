@@ -27,8 +27,10 @@ from steadystream._gc import quiet_gc
 from steadystream._serving import (
     BackgroundServer,
     ServedApp,
+    new_event_loop,
     uvicorn_config,
 )
+from steadystream._tasks import cancel_and_wait
 from steadystream._uvicorn import connection_of
 from steadystream.lab.app import LabState, create_app
 from steadystream.lab.engine import LabEngine
@@ -42,11 +44,14 @@ __all__ = ["LabServer", "serve"]
 _T = TypeVar("_T")
 _LINGER_RESET = struct.pack("ii", 1, 0)
 _DRAIN_WAIT_S = 0.2
+_EXIT_POLL_S = 0.1
 
 
 def _resetter(server: uvicorn.Server) -> ConnectionResetter:
     async def reset(scope: Scope) -> bool:
         connection = connection_of(server, scope)
+        if connection is None and scope.get("client") is not None:
+            return True  # closed already (the client left as the fault fired): nothing to reset
         transport = getattr(connection, "transport", None)
         if transport is None:
             return False
@@ -77,9 +82,32 @@ def serve(
     """Serve the lab until interrupted (Ctrl-C)."""
     app = create_app(scenario, seed=seed, on_done=on_done)
     server = uvicorn.Server(uvicorn_config(app, host, port, log_level))
-    app.state.lab.resetter = _resetter(server)
+    state: LabState = app.state.lab
+    state.resetter = _resetter(server)
     quiet_gc()
-    server.run()
+
+    async def run() -> None:
+        watcher = asyncio.ensure_future(_end_streams_on_exit(server, state.engine))
+        try:
+            await server.serve()
+        finally:
+            await cancel_and_wait(watcher)
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:  # as uvicorn's run() does
+        runner.run(run())
+
+
+async def _end_streams_on_exit(server: uvicorn.Server, engine: LabEngine) -> None:
+    """Once the server is told to stop (Ctrl-C), end the open streams as a shutdown.
+
+    uvicorn waits for open responses before the app's own shutdown, and cancels them after
+    its graceful time: a stalled stream would end in a traceback, its ground truth never
+    recorded. Ended here, each gets its shutdown error event and its record at once (as
+    :class:`LabServer` does before it stops).
+    """
+    while not server.should_exit:
+        await asyncio.sleep(_EXIT_POLL_S)
+    await engine.stop()
 
 
 class LabServer(ServedApp):
