@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -55,6 +56,7 @@ def whatif(
     json_output: JsonOutput,
 ) -> None:
     """Simulate pacers over every recorded stream: latency added, stutter removed, best pick."""
+    from steadystream._exceptions import InputError
     from steadystream.bench.verdict import load_runs
     from steadystream.cli._errors import exit_on_error
     from steadystream.files import write_timelines
@@ -64,6 +66,12 @@ def whatif(
     specs = pacer or [name for name in PACERS if name != "passthrough"]
     with exit_on_error():
         pacers = [parse_spec(spec) for spec in specs]
+        targets: list[Path] = []
+        if output is not None:
+            names = [p.name for p in pacers]
+            targets = [output] if len(names) == 1 else _numbered_all(output, names)
+            # (said before the inputs are read and simulated: that may take a while)
+            _check_targets(targets, files)
         fmt = None if file_format == "auto" else file_format
         # (with a note for a file whose last line was cut off: its complete streams count)
         timelines, notes = load_runs(files, format=fmt)
@@ -77,10 +85,11 @@ def whatif(
         written = []
         if output is not None:
             keep_text = any(t.texts is not None for t in timelines)
-            for index, outcome in enumerate(result.pacers, start=1):
-                name = outcome.spec.partition(":")[0]
-                path = output if len(result.pacers) == 1 else _numbered(output, index, name)
-                write_timelines(path, outcome.timelines, keep_text=keep_text)
+            for path, outcome in zip(targets, result.pacers, strict=True):
+                try:
+                    write_timelines(path, outcome.timelines, keep_text=keep_text)
+                except OSError as exc:  # a full disk, no permission
+                    raise InputError(f"cannot write {path}: {exc.strerror or exc}") from exc
                 written.append(str(path))
     if json_output:
         import orjson
@@ -99,6 +108,38 @@ def whatif(
     print_whatif(result, console)
     for name in written:
         console.print(f"paced timelines written to {name}", highlight=False)
+
+
+def _numbered_all(output: Path, names: list[str]) -> list[Path]:
+    return [_numbered(output, index, name) for index, name in enumerate(names, start=1)]
+
+
+def _check_targets(targets: list[Path], inputs: list[Path]) -> None:
+    """Refuse an output the paced timelines cannot be written to, or that would replace a
+    recorded run read here (the recording would be lost, replaced by its paced copy)."""
+    from steadystream._exceptions import InputError
+
+    for target in targets:
+        problem = None
+        if not target.name.endswith(_TIMELINE_SUFFIXES):
+            problem = f"name a timeline file ({', '.join(_TIMELINE_SUFFIXES)})"
+        elif target.is_dir():
+            problem = "a folder; name a timeline file"
+        elif target.exists() and not target.is_file():
+            problem = "not a regular file (a FIFO would hang the write)"
+        elif not target.parent.is_dir():
+            problem = f"its folder {target.parent} does not exist"
+        elif target.exists() and any(_same_file(target, source) for source in inputs):
+            problem = "it is one of the recorded runs read here: name another file"
+        if problem is not None:
+            raise InputError(f"--output {target}: {problem}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or is not a file path)
+        return False
 
 
 def _numbered(output: Path, index: int, name: str) -> Path:

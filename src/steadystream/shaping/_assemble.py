@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from steadystream.shaping._pieces import text_cuts
+from steadystream.shaping._pieces import Cuts
 from steadystream.timeline import Timeline
 
 __all__ = ["Releases", "assemble"]
@@ -167,7 +167,7 @@ def _piece_texts(
     sizes: npt.NDArray[np.int64],
 ) -> list[str]:
     out: list[str] = []
-    cuts: list[int] = []
+    cuts = Cuts("", 0)
     current = -1
     for index, whole, a, b, size in zip(
         item.tolist(), is_split.tolist(), low.tolist(), high.tolist(), sizes.tolist(), strict=True
@@ -177,7 +177,7 @@ def _piece_texts(
             out.append(text)
             continue
         if index != current:
-            cuts = text_cuts(text, size)
+            cuts = Cuts(text, size)
             current = index
         out.append(text[cuts[a] : cuts[b]])
     return out

@@ -24,23 +24,45 @@ import re
 
 from steadystream._types import TEXT_KINDS, Event, Nanos
 
-__all__ = ["Item", "byte_cut", "merge_paced", "text_cuts"]
+__all__ = ["Cuts", "Item", "byte_cut", "merge_paced", "text_cuts"]
 
 _WORD = re.compile(r"\s*\S+")
 
 
 def text_cuts(text: str, tokens: int) -> list[int]:
     """Character offsets ``cut(0) .. cut(tokens)`` for a text of ``tokens`` tokens."""
-    length = len(text)
-    if tokens <= 1:
-        return [0, length] if tokens == 1 else [0]
-    starts = [match.start() for match in _WORD.finditer(text)]
-    words = len(starts)
-    if words >= tokens:
-        starts[0] = 0  # leading spaces belong to the first word
-        starts.append(length)
-        return [starts[i * words // tokens] for i in range(tokens + 1)]
-    return [i * length // tokens for i in range(tokens + 1)]
+    cuts = Cuts(text, tokens)
+    return [cuts[i] for i in range(tokens + 1)]
+
+
+class Cuts:
+    """``cut(i)`` of the rule above, computed on demand.
+
+    A recorded event may claim far more tokens than its text has characters (up to 2**31 - 1):
+    a list of every cut would then take gigabytes, while the pieces actually cut are few. The
+    memory this takes is bounded by the text's length, never by the token count.
+    """
+
+    __slots__ = ("_length", "_starts", "_tokens", "_words")
+
+    def __init__(self, text: str, tokens: int) -> None:
+        self._length = len(text)
+        self._tokens = max(tokens, 1)
+        self._starts: list[int] | None = None
+        self._words = 0
+        if 1 < tokens <= self._length:  # more words than characters is impossible
+            starts = [match.start() for match in _WORD.finditer(text)]
+            if len(starts) >= tokens:
+                starts[0] = 0  # leading spaces belong to the first word
+                self._words = len(starts)
+                starts.append(self._length)
+                self._starts = starts
+
+    def __getitem__(self, index: int) -> int:
+        starts = self._starts
+        if starts is not None:
+            return starts[index * self._words // self._tokens]
+        return index * self._length // self._tokens
 
 
 def byte_cut(position: int, total_bytes: int, tokens: int) -> int:
@@ -57,7 +79,7 @@ class Item:
         self.event = event
         self.paced = paced
         self.done = 0
-        self.cuts: list[int] | None = None
+        self.cuts: Cuts | None = None
 
     @property
     def left(self) -> int:
@@ -71,7 +93,7 @@ class Item:
         if start == 0 and end == total:
             return event._replace(time_ns=now)
         if self.cuts is None:
-            self.cuts = text_cuts(event.text, total)
+            self.cuts = Cuts(event.text, total)
         wire = event.wire_bytes
         piece_wire = (
             None if wire is None else byte_cut(end, wire, total) - byte_cut(start, wire, total)

@@ -19,7 +19,7 @@ from abc import abstractmethod
 from collections import deque
 
 from steadystream._types import Nanos
-from steadystream.shaping.base import Pacer, StreamRun
+from steadystream.shaping.base import Pacer, StreamRun, drain_wake
 
 __all__ = ["SpacedPacer"]
 
@@ -77,7 +77,7 @@ class SpacedPacer(Pacer):
         low: int,
     ) -> StreamRun | None:
         """The generic driver's loop for this family, on a fresh pacer, in one function."""
-        never = 1 << 62  # a capacity or hold that is never reached
+        never = 1 << 64  # a capacity or hold that is never reached (times are below 2**62)
         capacity = never if self._capacity is None else self._capacity
         hold = never if self._hold is None else self._hold
         reserve = self._reserve
@@ -156,9 +156,14 @@ class SpacedPacer(Pacer):
                 ends.append(released + held)
                 times.append(first)
             else:
-                for offset in range(held):
-                    ends.append(released + offset + 1)
-                    times.append(first + offset * step)
+                last_due = first + (held - 1) * step
+                wake = first
+                done = 0
+                while done < held:
+                    done = min(held, (wake - first) // step + 1)
+                    ends.append(released + done)
+                    times.append(wake)
+                    wake = drain_wake(wake, first + done * step, last_due, step)
         return StreamRun(ends, times, max_buffered)
 
     _fixed_interval = 0

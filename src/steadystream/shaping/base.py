@@ -17,7 +17,8 @@ Rules every pacer follows (the drivers rely on them):
   instant do not depend on the order in which a driver interleaves arrivals and wake-ups.
 - After :meth:`Pacer.close` (end of input) the held tokens drain one by one at
   ``min(step, tail / held)``, where ``step`` is the policy's own spacing: the last one leaves
-  at most ``tail`` (default 300 ms) after the close.
+  at most ``tail`` (default 300 ms) after the close. Tokens due less than
+  :data:`DRAIN_GRAIN_NS` (1 ms) apart leave together, one release per millisecond.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_HIGH_WATERMARK",
     "DEFAULT_LOW_WATERMARK",
     "DEFAULT_TAIL_NS",
+    "DRAIN_GRAIN_NS",
     "MAX_DURATION_NS",
     "TAIL_PARAM",
     "Pacer",
@@ -46,6 +48,7 @@ __all__ = [
     "check_duration",
     "check_rate",
     "check_watermarks",
+    "drain_wake",
     "is_paced",
 ]
 
@@ -93,10 +96,10 @@ class Param:
         if self.kind == "rate":
             short = f"{value:g}"
             return short if float(short) == value else repr(float(value))
-        if self.kind == "words":
-            return "|".join(value)
-        text = str(value)
-        return f'"{text}"' if ("," in text or text != text.strip()) else text
+        text = "|".join(value) if self.kind == "words" else str(value)
+        if "," in text or text != text.strip() or text.startswith('"'):
+            return '"' + text.replace('"', '""') + '"'
+        return text
 
 
 def _format_ns(ns: int) -> str:
@@ -114,6 +117,21 @@ TAIL_PARAM = Param(
     DEFAULT_TAIL_NS,
     "longest drain of the tokens still held when the stream ends",
 )
+
+
+DRAIN_GRAIN_NS = NS_PER_MS
+"""Tokens of the tail drain due less than this apart leave together, at this spacing: no
+screen shows more than a thousand updates a second, and a drain of many tokens (a recorded
+event may claim millions) then takes at most ``tail / 1 ms`` releases, not one per token."""
+
+
+def drain_wake(now: Nanos, next_due: Nanos, last_due: Nanos, step: int) -> Nanos:
+    """When the tail drain releases next, after a release at ``now``: when the next token is
+    due, or a :data:`DRAIN_GRAIN_NS` later when tokens are due closer together than that
+    (never after the last token is due, so the drain still ends within ``tail``)."""
+    if step >= DRAIN_GRAIN_NS:
+        return next_due
+    return min(max(next_due, now + DRAIN_GRAIN_NS), last_due)
 
 
 MAX_DURATION_NS = 2**62
@@ -143,19 +161,32 @@ def check_count(pacer: str, name: str, value: int, *, minimum: int) -> int:
     return value
 
 
-def check_rate(pacer: str, name: str, value: float, *, upper: float | None = None) -> float:
-    """A finite number above zero (and at most ``upper``)."""
+def check_rate(
+    pacer: str,
+    name: str,
+    value: float,
+    *,
+    upper: float | None = None,
+    lower: float = 0.0,
+) -> float:
+    """A finite number above zero (at least ``lower`` when given, and at most ``upper``)."""
+    number = math.nan
+    if not isinstance(value, bool) and isinstance(value, int | float):
+        try:
+            number = float(value)  # an int past the float range overflows: refused below
+        except OverflowError:
+            number = math.nan
     ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and value > 0
-        and (upper is None or value <= upper)
+        math.isfinite(number)
+        and number > 0
+        and number >= lower
+        and (upper is None or number <= upper)
     )
     if not ok:
+        low = f"above 0 (at least {lower:g})" if lower > 0 else "above 0"
         bound = f" and at most {upper:g}" if upper is not None else ""
-        raise SpecError(f"{pacer}: {name} must be a number above 0{bound}, got {value!r}")
-    return float(value)
+        raise SpecError(f"{pacer}: {name} must be a number {low}{bound}, got {value!r}")
+    return number
 
 
 def check_watermarks(pacer: Pacer, high: int | None, low: int) -> None:
@@ -209,7 +240,9 @@ class Pacer(ABC):
         self._used = False  # pushed to or closed: it has paced (part of) a stream
         self._draining = False
         self._drain_step = 0
-        self._drain_next = 0
+        self._drain_next = 0  # when the next token is due
+        self._drain_wake = 0  # when the next release happens (at or after that)
+        self._drain_last = 0  # when the last token is due
         self._items: deque[Item] = deque()
         self._outbox: list[Event] = []
         self._outbox_tokens = 0
@@ -243,7 +276,7 @@ class Pacer(ABC):
         if not self._held_tokens:
             return None
         if self._draining:
-            return self._drain_next
+            return self._drain_wake
         return self._wake_at(now)
 
     def close(self, now: Nanos) -> None:
@@ -254,6 +287,11 @@ class Pacer(ABC):
         self._emit(now, self._settle(now))
         self._start_drain(now)
         self._emit(now, self._settle(now))
+
+    @property
+    def waiting(self) -> int:
+        """Released events not yet taken by the consumer (events without tokens count)."""
+        return len(self._outbox)
 
     @property
     def buffered(self) -> int:
@@ -345,11 +383,12 @@ class Pacer(ABC):
         if not held:
             return 0
         if self._draining:
-            if now < self._drain_next:
+            if now < self._drain_wake:
                 return 0
             step = self._drain_step
             count = held if step == 0 else min(held, (now - self._drain_next) // step + 1)
             self._drain_next += count * step
+            self._drain_wake = drain_wake(now, self._drain_next, self._drain_last, step)
         else:
             count = self._release_count(now)
             if not count:
@@ -377,7 +416,8 @@ class Pacer(ABC):
         step = min(self._step(), self.tail_ns // held)
         last = self._last_release
         self._drain_step = step
-        self._drain_next = now if last is None else max(now, last + step)
+        self._drain_next = self._drain_wake = now if last is None else max(now, last + step)
+        self._drain_last = self._drain_next + (held - 1) * step
 
     def _expired(self, now: Nanos, hold_ns: int) -> int:
         """Held tokens that arrived at least ``hold_ns`` before ``now``."""

@@ -13,7 +13,9 @@ Rules (the simulation follows the same ones, so both give the same release times
   until a release leaves at most ``low_watermark`` (default 20) tokens held. Counting from
   the start of the instant makes the rule independent of the order in which simultaneous
   arrivals and releases are handled. The pacer then holds at most ``high_watermark - 1``
-  tokens plus one event (and the reader one more event), and a consumer that stops reading
+  tokens plus one event (and the reader one more event). The reader also pauses while
+  ``high_watermark`` released events wait for the consumer (events without tokens, such as
+  keepalives, count there), until the consumer takes them: a consumer that stops reading
   stops the upstream read too.
 - End of stream. When the source ends, the pacer drains what it holds within its ``tail``
   (see :mod:`steadystream.shaping.base`); the paused reader's one-event look-ahead sees the
@@ -104,6 +106,7 @@ class _Link:
         self.low = low
         self.error: Exception | None = None
         self.paused = False
+        self.backlogged = False  # paused until the consumer takes what was released
         self._instant: int | None = None
         self._start_held = 0
         self._pushed = 0
@@ -129,7 +132,7 @@ class _Link:
                     event = await anext(source)
                 except StopAsyncIteration:
                     break
-                if self.paused:
+                if self.paused or self.backlogged:
                     # Hold this one event until the buffer is low. Having asked for it
                     # anyway means the end of the stream is seen as soon as it comes, so
                     # the tail drain is never delayed by backpressure.
@@ -142,6 +145,10 @@ class _Link:
                     self._pushed += event.tokens
                     if high is not None and self._start_held + self._pushed >= high:
                         self.paused = True
+                if high is not None and pacer.waiting >= high:
+                    # Released events the consumer has not taken (a stalled client): events
+                    # without tokens (keepalives, role chunks) count here, not in the gauge.
+                    self.backlogged = True
                 self._wake()
         except Exception as exc:  # delivered to the consumer after the buffer drains
             self.error = exc
@@ -154,8 +161,9 @@ class _Link:
         """After the consumer took what was due: resume a paused read if the buffer is low."""
         if self.paused and self.pacer.buffered <= self.low:
             self.paused = False
-            if self._resume is not None and not self._resume.done():
-                self._resume.set_result(None)
+        self.backlogged = False  # the consumer has just taken every released event
+        if not self.paused and self._resume is not None and not self._resume.done():
+            self._resume.set_result(None)
 
     async def wait(self, due: Nanos | None) -> None:
         """Until the next arrival, the end of input, or ``due``."""

@@ -5,7 +5,9 @@ tokens ``stagger`` apart (default 40 ms): fast enough to read as one unit, slow 
 give a rhythm. A phrase ends after an event whose text ends with one of ``marks`` (default
 ``,.!?``), before an event whose first word is one of ``words`` (default ``and|but|or``:
 a conjunction opens the next phrase), or when ``cap`` tokens (default 12) are waiting.
-Without text (timelines recorded without it) only the cap ends a phrase.
+Without text (timelines recorded without it) only the cap ends a phrase. A phrase that one
+event took past the cap leaves in ``cap`` releases, ``stagger`` apart, its tokens shared out
+evenly (a recorded event may claim millions of tokens: never one release each).
 
 A phrase that ends while the previous one is still being staggered releases what is left
 of the previous one at once and starts right away: generation faster than the stagger never
@@ -64,8 +66,16 @@ class Phrase(Pacer):
         if not isinstance(marks, str) or any(c.isspace() for c in marks):
             raise SpecError(f"phrase: marks must be punctuation characters, got {marks!r}")
         self.marks = marks
-        self.words = tuple(w.lower() for w in words)
-        if any(not w or any(c.isspace() for c in w) for w in self.words):
+        # A plain string would be read as its characters ("and|but" -> a, n, d, |, ...).
+        if isinstance(words, str) or not isinstance(words, Iterable):
+            raise SpecError(
+                f"phrase: words must be a list of words like ('and', 'but'), got {words!r}"
+            )
+        listed = tuple(words)
+        if not all(isinstance(w, str) for w in listed):
+            raise SpecError(f"phrase: words must be strings, got {listed!r}")
+        self.words = tuple(w.lower() for w in listed)
+        if any(not w or "|" in w or any(c.isspace() for c in w) for w in self.words):
             raise SpecError(f"phrase: words must be single words, got {self.words!r}")
         self.cap = check_count(self.name, "cap", cap, minimum=1)
         self.stagger_ns = check_duration(self.name, "stagger", stagger_ns, allow_zero=True)
@@ -73,7 +83,8 @@ class Phrase(Pacer):
         self.max_unscheduled = self.cap - 1
         self._opening = frozenset(self.words)
         self._waiting = 0  # tokens of the phrase not yet ended
-        # Phrases being released: [time of the next token, tokens left, stagger].
+        # Phrases being released:
+        # [time of the next release, tokens, releases, releases made, stagger].
         self._phrases: deque[list[int]] = deque()
 
     def _arrived(self, now: Nanos, tokens: int, text: str) -> None:
@@ -91,8 +102,11 @@ class Phrase(Pacer):
     def _schedule(self, now: Nanos) -> None:
         for phrase in self._phrases:  # the rest of earlier phrases leaves now
             phrase[0] = min(phrase[0], now)
-            phrase[2] = 0
-        self._phrases.append([now, self._waiting, self.stagger_ns])
+            phrase[4] = 0
+        # One token per release; a phrase that one event took past the cap (an event may claim
+        # millions of tokens) leaves in `cap` releases, its tokens shared out evenly.
+        tokens = self._waiting
+        self._phrases.append([now, tokens, min(tokens, self.cap), 0, self.stagger_ns])
         self._waiting = 0
 
     def _release_count(self, now: Nanos) -> int:
@@ -100,14 +114,14 @@ class Phrase(Pacer):
         phrases = self._phrases
         while phrases and phrases[0][0] <= now:
             phrase = phrases[0]
-            start, left, stagger = phrase
-            due = left if stagger == 0 else min(left, (now - start) // stagger + 1)
-            count += due
-            if due == left:
+            start, tokens, releases, made, stagger = phrase
+            due = releases if stagger == 0 else min(releases, made + (now - start) // stagger + 1)
+            count += due * tokens // releases - made * tokens // releases
+            if due == releases:
                 phrases.popleft()
             else:
-                phrase[0] = start + due * stagger
-                phrase[1] = left - due
+                phrase[0] = start + (due - made) * stagger
+                phrase[3] = due
         return count
 
     def _wake_at(self, now: Nanos) -> Nanos | None:

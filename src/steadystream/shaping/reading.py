@@ -31,6 +31,10 @@ from steadystream.shaping.base import (
 
 __all__ = ["Reading"]
 
+MIN_RATE = 1e-9
+"""The slowest rate, one token in about 32 years: the interval must fit within
+``MAX_DURATION_NS`` of ``base`` (a slower one overflowed the 64-bit release times)."""
+
 
 class Reading(SpacedPacer):
     """Reading pace, with a bounded lag behind generation."""
@@ -49,7 +53,7 @@ class Reading(SpacedPacer):
         buffer_ns: int = 500 * NS_PER_MS,
         tail_ns: int = DEFAULT_TAIL_NS,
     ) -> None:
-        self.rate = check_rate(self.name, "rate", rate, upper=1e6)
+        self.rate = check_rate(self.name, "rate", rate, upper=1e6, lower=MIN_RATE)
         self.buffer_ns = check_duration(self.name, "buffer", buffer_ns, allow_zero=True)
         super().__init__(tail_ns=tail_ns)
         self.interval_ns = max(1, round(NS_PER_S / self.rate))

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from steadystream._exceptions import InputError
 from steadystream._types import TEXT_KINDS, Nanos
 from steadystream.shaping._assemble import Releases, assemble
 from steadystream.shaping.base import (
     DEFAULT_HIGH_WATERMARK,
     DEFAULT_LOW_WATERMARK,
+    MAX_DURATION_NS,
     Pacer,
     check_watermarks,
 )
@@ -83,6 +85,14 @@ def simulate_run(
 ) -> SimulationRun:
     """Like :func:`simulate`, with the close time, peak buffer and pause count."""
     check_watermarks(pacer, high_watermark, low_watermark)
+    if len(timeline) and int(timeline.times[-1]) >= MAX_DURATION_NS:
+        # A pacer may hold a token up to MAX_DURATION_NS: later, its release time would not
+        # fit the 64-bit times of the paced timeline.
+        raise InputError(
+            f"stream {timeline.stream_id!r}: cannot simulate pacing of an event at"
+            f" {int(timeline.times[-1])} ns, more than 2**62 ns (about 146 years) after the"
+            " request was sent"
+        )
     sizes = np.where(_PACED_KINDS[timeline.kinds], timeline.tokens, 0)
     arrivals = timeline.times.tolist()
     size_list = sizes.tolist()
@@ -162,7 +172,7 @@ class _Drive:
             if not pacer._held_tokens:
                 due = None
             elif pacer._draining:
-                due = pacer._drain_next
+                due = pacer._drain_wake
             else:
                 due = wake_at(now)
             if paused:
@@ -206,7 +216,7 @@ class _Drive:
                         break
                     if not pacer._held_tokens:
                         break
-                    due = pacer._drain_next if pacer._draining else wake_at(now)
+                    due = pacer._drain_wake if pacer._draining else wake_at(now)
                     if due is None or (read_at is not None and due >= read_at):
                         break
                     now = instant = due

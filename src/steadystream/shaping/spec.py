@@ -99,10 +99,9 @@ def _settings(spec: str, body: str) -> list[tuple[str, str]]:
         while rest < body_len and body[rest] == " ":
             rest += 1
         if rest < body_len and body[rest] == '"':
-            close = body.find('"', rest + 1)
+            value, close = _quoted(body, rest)
             if close < 0:
                 raise SpecError(f"{spec!r}: the quoted value of {key!r} is not closed")
-            value = body[rest + 1 : close]
             after = body.find(",", close + 1)
             trailing = body[close + 1 : after if after >= 0 else body_len].strip()
             if trailing:
@@ -113,6 +112,23 @@ def _settings(spec: str, body: str) -> list[tuple[str, str]]:
         pairs.append((key, value))
         position = after + 1 if after >= 0 else body_len
     return pairs
+
+
+def _quoted(body: str, opening: int) -> tuple[str, int]:
+    """The quoted value that opens at ``opening`` (``""`` inside stands for one ``"``), and the
+    position of its closing quote (-1: not closed)."""
+    parts: list[str] = []
+    position = opening + 1
+    while True:
+        close = body.find('"', position)
+        if close < 0:
+            return "", -1
+        parts.append(body[position:close])
+        if body.startswith('"', close + 1):  # a doubled quote: one quote, still inside
+            parts.append('"')
+            position = close + 2
+            continue
+        return "".join(parts), close
 
 
 def _read_value(pacer: str, param: Param, text: str) -> Any:
