@@ -63,3 +63,14 @@ def test_glass_without_chromium_says_how_to_get_it(
     assert result.exit_code == 2
     assert "apt-get install chromium" in result.output
     assert not (tmp_path / "g.jsonl").exists()
+
+
+def test_replay_says_a_record_path_it_cannot_write_in_one_line(tmp_path: Path) -> None:
+    # A folder was an IsADirectoryError traceback, exit 1, as the lab's was.
+    for record in (tmp_path, tmp_path / "missing" / "truth.jsonl"):
+        result = CliRunner().invoke(
+            app, ["replay", str(SAMPLE_RUN), "--record", str(record), "--port", "0"]
+        )
+        assert result.exit_code == 2, result.output
+        assert "--record: cannot write" in result.output
+        assert "Traceback" not in result.output

@@ -42,20 +42,14 @@ def lab(
         for line in preset_lines():
             typer.echo(line)
         return
-    from steadystream._exceptions import InputError
-    from steadystream.files import JsonlWriter
+    from steadystream.cli._truth import truth_writer
     from steadystream.lab.scenario_file import load_scenario
     from steadystream.lab.server import serve
     from steadystream.lab.truth import RequestTruth
 
     with exit_on_error():
         chosen = load_scenario(scenario)
-        try:
-            writer = JsonlWriter(record, keep_text=keep_text, append=True) if record else None
-        except OSError as exc:  # a folder, a missing folder, no permission
-            raise InputError(
-                f"--record: cannot write {str(record)!r}: {exc.strerror or exc}"
-            ) from exc
+        writer = truth_writer(record, keep_text=keep_text)
     host, port = listen.host, listen.port
     typer.echo(
         f"lab: scenario {chosen.name!r}, seed {seed}, models {', '.join(chosen.server.models)} "

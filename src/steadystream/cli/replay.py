@@ -47,7 +47,7 @@ def replay(
     """
     from steadystream.bench.verdict import load_run
     from steadystream.cli._errors import exit_on_error
-    from steadystream.files import JsonlWriter
+    from steadystream.cli._truth import truth_writer
     from steadystream.lab.truth import RequestTruth
     from steadystream.replay import create_app, parse_injection
     from steadystream.replay.server import serve
@@ -58,13 +58,13 @@ def replay(
         timelines = loaded.timelines
         # fail here, with a clear message, rather than inside uvicorn
         create_app(timelines, injections=injections, seed=seed, where=where, only=only)
+        writer = truth_writer(record)
     if loaded.note is not None:
         typer.echo(f"note: {loaded.note}")
     typer.echo(
         f"replay: {run} with {', '.join(i.spec for i in injections) or 'no injection'},"
         f" seed {seed}, at http://{listen.host}:{listen.port}/v1"
     )
-    writer = JsonlWriter(record, append=True) if record else None
 
     def on_done(truth: RequestTruth) -> None:
         if writer is not None:
