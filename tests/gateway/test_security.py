@@ -96,6 +96,36 @@ def test_a_bad_pacer_header_is_400(tenants_gateway: GatewayServer) -> None:
     assert "leaky" in answer.json()["error"]["message"]  # the accepted pacers are listed
 
 
+@pytest.mark.parametrize(
+    "spec",
+    ["leaky:interval=100000s", "phrase:stagger=2s", "reading:buffer=1h", "rechunk:max_wait=5s"],
+)
+def test_a_header_pacer_may_not_hold_each_token_past_a_second(
+    tenants_gateway: GatewayServer, spec: str
+) -> None:
+    # A client could hold its stream, and the upstream's connection, open for hours.
+    answer = post(
+        tenants_gateway.base_url,
+        "/chat/completions",
+        chat_body(3),
+        {**bearer("gw-web-123"), "X-Steadystream-Pacer": spec},
+    )
+    assert answer.status == 400
+    error = answer.json()["error"]
+    assert error["param"] == "X-Steadystream-Pacer"
+    assert "at most 1s in a request's header" in error["message"]
+
+
+def test_a_header_pacer_within_the_bound_is_taken(tenants_gateway: GatewayServer) -> None:
+    answer = post(
+        tenants_gateway.base_url,
+        "/chat/completions",
+        chat_body(3),
+        {**bearer("gw-web-123"), "X-Steadystream-Pacer": "leaky:interval=1s,tail=30s"},
+    )
+    assert answer.status == 200
+
+
 def test_the_upstream_key_never_leaks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     recorder = TimelineRecorder(tmp_path)

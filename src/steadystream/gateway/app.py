@@ -412,7 +412,8 @@ class _Generation:
         if tenant.pacer is not None:
             spec = tenant.pacer
         header = request.headers.get(PACER_HEADER)
-        if header is not None and pacing.allow_header:
+        from_header = header is not None and pacing.allow_header
+        if from_header:
             spec = header
         # (Typed events are relayed as they come: a pacer re-sends text in chat's shape.)
         if spec is None or not proxy.stream or proxy.choices != 1 or proxy.typed:
@@ -421,9 +422,29 @@ class _Generation:
         try:
             pacer = parse_spec(spec)
             check_watermarks(pacer, limits.pacer_high_watermark, limits.pacer_low_watermark)
+            if from_header:
+                _check_header_pacer(pacer)
         except SpecError as exc:
             raise ApiError(400, f"{PACER_HEADER}: {exc}", param=PACER_HEADER) from exc
         return None if pacer.name == "passthrough" else pacer
+
+
+HEADER_PACER_MOST_NS = 1_000_000_000
+"""The longest a pacer chosen by a request's header may space or hold each token (``tail``,
+once per stream and never slower than that spacing, is free): a client may not hold its
+stream, and the upstream's connection, open for hours with ``leaky:interval=100000s``. The
+configuration's own pacers are the operator's."""
+
+
+def _check_header_pacer(pacer: Pacer) -> None:
+    for param in pacer.params:
+        if param.kind != "duration" or param.name == "tail":
+            continue
+        if getattr(pacer, param.attr) > HEADER_PACER_MOST_NS:
+            raise SpecError(
+                f"{pacer.name}: {param.name} may be at most 1s in a request's header"
+                " (the gateway's configuration may set more)"
+            )
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
