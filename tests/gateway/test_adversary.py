@@ -255,6 +255,26 @@ def test_odd_but_valid_streams_are_relayed_whole(
     assert down.outcome is Outcome.COMPLETE
 
 
+def test_a_stream_of_more_events_than_the_bound_ends_in_band_without_failover(
+    upstream: HostileUpstream, sink: MemorySink
+) -> None:
+    # An upstream that never stops grew the gateway's memory by what it keeps of each event.
+    config = gateway_config(
+        hostile(upstream),
+        hostile(upstream, "fallback"),
+        limits={"max_stream_events": 1_000},
+    )
+    with GatewayServer(config, recorder=sink, env=ENV) as gw:
+        streamed = _stream(gw, "adv-many-small", "too-long")
+        up, down = sink.edges("too-long")
+    assert "limits.max_stream_events (1000)" in (streamed.error or "")
+    assert b"stream_too_long" in streamed.body
+    assert 1_000 <= len(streamed.text) < 10_000  # (the read that passed the bound is relayed)
+    assert set(streamed.text) == {"x"}
+    assert [a["failure"] for a in down.meta["attempts"]] == ["stream-too-long"]  # no fallback
+    assert len(up.times) < 10_000
+
+
 @pytest.mark.parametrize(
     ("value", "passed"),
     [

@@ -234,6 +234,19 @@ def test_an_event_past_max_event_bytes_fails_as_soon_as_it_passes() -> None:
     assert cutter.pending_bytes == 11_006  # still held: the stream's buffer peak shows it
 
 
+def test_a_stream_past_max_stream_events_fails_after_the_read_that_passed_it(build: str) -> None:
+    chunk = encode_chunk(chat_chunk("c", "m", 1, content="x"))
+    cutter = EventCutter(max_stream_events=5)
+    assert type(cutter).__module__.endswith("_c") is (build == "compiled")
+    assert cutter.feed(chunk * 3).failure is None
+    assert cutter.feed(chunk * 2).failure is None  # five: the bound itself is taken
+    result = cutter.feed(chunk * 2)
+    assert len(result.pieces) == 2  # relayed, then the stream ends
+    assert result.failure is not None
+    assert result.failure.cause is Cause.STREAM_TOO_LONG
+    assert "limits.max_stream_events (5)" in result.failure.message
+
+
 # -- the fast path: whole single-line data events cut without the SSE decoder -------------------
 
 

@@ -9,6 +9,8 @@ cdef class EventCutter:
     cdef bytearray _carry
     cdef public bint keep_raw
     cdef public Py_ssize_t max_event_bytes
+    cdef public long long max_stream_events
+    cdef long long _events
 
     @cython.locals(
         items=list, pieces=list, buf=bytes, offset=Py_ssize_t, end=Py_ssize_t,

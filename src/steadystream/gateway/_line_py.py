@@ -69,16 +69,27 @@ class EventCutter:
     event in many small reads costs linear time, not a copy of everything so far on every
     read. An event larger than ``max_event_bytes`` fails the stream
     (:attr:`Cause.OVERSIZED_EVENT`): no real chunk comes near it, and holding it would let
-    one upstream take the gateway's memory.
+    one upstream take the gateway's memory. More than ``max_stream_events`` events fail it too
+    (:attr:`Cause.STREAM_TOO_LONG`), after the read that passed the bound is relayed: an
+    upstream that never stops would grow what the stream keeps of each event without end.
     """
 
-    __slots__ = ("_carry", "_decoder", "_dialect", "keep_raw", "max_event_bytes")
+    __slots__ = (
+        "_carry",
+        "_decoder",
+        "_dialect",
+        "_events",
+        "keep_raw",
+        "max_event_bytes",
+        "max_stream_events",
+    )
 
     def __init__(
         self,
         *,
         keep_raw: bool = True,
         max_event_bytes: int = 1 << 20,
+        max_stream_events: int = 1 << 62,
         dialect: Dialect | None = None,
     ) -> None:
         self._decoder = new_decoder()
@@ -88,6 +99,8 @@ class EventCutter:
         # one (a pacer, a fallback's rewriter); a plain relay forwards the read's bytes whole.
         self.keep_raw = keep_raw
         self.max_event_bytes = max_event_bytes
+        self.max_stream_events = max_stream_events
+        self._events = 0  # events cut so far
 
     @property
     def envelope(self) -> dict[str, Any] | None:
@@ -165,6 +178,9 @@ class EventCutter:
                 )
                 pieces.append(_new(Piece, piece))
             offset = end
+        self._events += len(pieces)
+        if self._events > self.max_stream_events:
+            return ReadResult(buf[:offset], pieces, self._too_long())
         if pending > limit:
             return ReadResult(buf[:offset], pieces, self._oversized(pending).failure)
         data = buf[:complete] if offset == complete else buf[:offset]
@@ -175,6 +191,13 @@ class EventCutter:
             Cause.OVERSIZED_EVENT,
             f"an upstream event of {size} bytes is larger than limits.max_event_bytes "
             f"({self.max_event_bytes})",
+        )
+
+    def _too_long(self) -> Failure:
+        return Failure(
+            Cause.STREAM_TOO_LONG,
+            f"the upstream sent more than limits.max_stream_events ({self.max_stream_events})"
+            " events in one stream",
         )
 
     def _oversized(self, pending: int) -> ReadResult:

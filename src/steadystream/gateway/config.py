@@ -505,6 +505,14 @@ class LimitsConfig(_Section):
         le=_MOST_BYTES,
         description="an upstream SSE event larger than this fails its stream (at most 1TiB)",
     )
+    max_stream_events: int = Field(
+        1_000_000,
+        ge=1,
+        le=10**12,
+        description="an upstream stream of more events than this ends in-band"
+        " (stream_too_long): an upstream that never stops would grow what the gateway keeps"
+        " of each event without end (at most 1e12)",
+    )
     max_response_bytes: Size = Field(
         16_777_216,
         ge=1024,

@@ -60,6 +60,7 @@ class Cause(enum.StrEnum):
     DIVERGED = "diverged"  # a regenerated answer that differs from what was sent
     OVERSIZED_EVENT = "oversized-event"  # one event larger than limits.max_event_bytes
     SILENT_AFTER_FINISH = "silent-after-finish"  # a finish reason, then no [DONE] nor close
+    STREAM_TOO_LONG = "stream-too-long"  # more events than limits.max_stream_events
 
 
 class Action(enum.StrEnum):

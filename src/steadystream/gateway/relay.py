@@ -299,7 +299,12 @@ class StreamRelay(Relay):
             info["request_id"],
             watchdog,
             self.build.EventCutter(
-                max_event_bytes=config.limits.max_event_bytes, dialect=self._new_dialect(api)
+                max_event_bytes=config.limits.max_event_bytes,
+                # (the stream's bound, less what earlier attempts relayed)
+                max_stream_events=max(
+                    0, config.limits.max_stream_events - len(self.record.upstream)
+                ),
+                dialect=self._new_dialect(api),
             ),
             choices=self.request.choices,
         )
@@ -374,6 +379,11 @@ class StreamRelay(Relay):
                     f"the fallback upstream {attempt.upstream.name!r} gave a different answer "
                     "than the one already sent; stopping here rather than contradict it",
                     "failover_diverged",
+                )
+                return
+            if failure.cause is Cause.STREAM_TOO_LONG:  # (a fallback would go on from here)
+                await self._end_with_error(
+                    f"upstream {attempt.upstream.name!r}: {failure.message}", "stream_too_long"
                 )
                 return
             while True:
