@@ -11,7 +11,7 @@ import pytest
 
 from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.lab import LabServer
-from tests.support.gateway import chat_body, gateway_config, get, post, upstream
+from tests.support.gateway import Streamed, chat_body, gateway_config, get, post, upstream
 from tests.support.hostile import HostileUpstream
 
 pytestmark = pytest.mark.integration
@@ -84,13 +84,13 @@ def test_bad_input(
     assert error["message"]
 
 
+def _paced(gateway: GatewayServer, spec: str) -> Streamed:
+    headers = {**bearer("gw-web-123"), "X-Steadystream-Pacer": spec}
+    return post(gateway.base_url, "/chat/completions", chat_body(3), headers)
+
+
 def test_a_bad_pacer_header_is_400(tenants_gateway: GatewayServer) -> None:
-    answer = post(
-        tenants_gateway.base_url,
-        "/chat/completions",
-        chat_body(3),
-        {**bearer("gw-web-123"), "X-Steadystream-Pacer": "wobbly"},
-    )
+    answer = _paced(tenants_gateway, "wobbly")
     assert answer.status == 400
     assert answer.json()["error"]["param"] == "X-Steadystream-Pacer"
     assert "leaky" in answer.json()["error"]["message"]  # the accepted pacers are listed
@@ -104,12 +104,7 @@ def test_a_header_pacer_may_not_hold_each_token_past_a_second(
     tenants_gateway: GatewayServer, spec: str
 ) -> None:
     # A client could hold its stream, and the upstream's connection, open for hours.
-    answer = post(
-        tenants_gateway.base_url,
-        "/chat/completions",
-        chat_body(3),
-        {**bearer("gw-web-123"), "X-Steadystream-Pacer": spec},
-    )
+    answer = _paced(tenants_gateway, spec)
     assert answer.status == 400
     error = answer.json()["error"]
     assert error["param"] == "X-Steadystream-Pacer"
@@ -117,12 +112,7 @@ def test_a_header_pacer_may_not_hold_each_token_past_a_second(
 
 
 def test_a_header_pacer_within_the_bound_is_taken(tenants_gateway: GatewayServer) -> None:
-    answer = post(
-        tenants_gateway.base_url,
-        "/chat/completions",
-        chat_body(3),
-        {**bearer("gw-web-123"), "X-Steadystream-Pacer": "leaky:interval=1s,tail=30s"},
-    )
+    answer = _paced(tenants_gateway, "leaky:interval=1s,tail=30s")
     assert answer.status == 200
 
 

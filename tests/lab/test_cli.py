@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from steadystream._processes import free_port as _free_port
 from steadystream.cli import _register, app
 from steadystream.files import read_jsonl
 from steadystream.lab import PRESETS
+from tests.support.lab import wait_serving
 
 _register()
 runner = CliRunner()
@@ -60,15 +60,7 @@ def test_serve_records_ground_truth_timelines(tmp_path: Path) -> None:
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert server.poll() is None, server.communicate()[0]
-                assert time.monotonic() < deadline, "the lab did not start"
-                time.sleep(0.1)
+        wait_serving(base, server)
         body = {"model": "lab", "prompt": "x", "max_tokens": 5, "stream": True}
         request = urllib.request.Request(
             f"{base}/v1/completions",

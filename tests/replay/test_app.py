@@ -244,6 +244,22 @@ class _Server:
         self.changed = asyncio.Event()
         self.window = asyncio.Event()
 
+    def ask(self, app: Any, request_id: str) -> asyncio.Future[None]:
+        """A chat request to ``app`` through this server: its task."""
+        raw = orjson.dumps(CHAT)
+        headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode())]
+        scope = http_scope("POST", "/v1/chat/completions", headers)
+        asked = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await self.receive()
+
+        return asyncio.ensure_future(app(scope, receive, self.send))
+
     def leave(self) -> None:
         self.disconnected = True
         self.changed.set()
@@ -275,22 +291,7 @@ async def test_events_dropped_after_the_client_left_are_not_recorded_as_written(
     clock = FakeClock()
     app = create_app([recorded()], clock=clock)
     server = _Server(clock, stuck_after=3)
-    raw = orjson.dumps(CHAT)
-    scope = http_scope(
-        "POST",
-        "/v1/chat/completions",
-        [(b"content-type", b"application/json"), (b"x-request-id", b"r-gone")],
-    )
-    asked = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal asked
-        if not asked:
-            asked = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await server.receive()
-
-    task = asyncio.ensure_future(app(scope, receive, server.send))
+    task = server.ask(app, "r-gone")
     await clock.advance(2 * 10**9)
     assert not task.done()  # (waiting for the client's window)
     server.leave()
@@ -311,22 +312,7 @@ async def test_a_client_that_reads_to_the_end_is_not_taken_for_one_that_left() -
     clock = FakeClock()
     app = create_app([recorded()], clock=clock)
     server = _Server(clock, stuck_after=10**6)
-    raw = orjson.dumps(CHAT)
-    scope = http_scope(
-        "POST",
-        "/v1/chat/completions",
-        [(b"content-type", b"application/json"), (b"x-request-id", b"r-all")],
-    )
-    asked = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal asked
-        if not asked:
-            asked = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await server.receive()
-
-    task = asyncio.ensure_future(app(scope, receive, server.send))
+    task = server.ask(app, "r-all")
     await clock.run_until_idle(limit_ns=3_600 * 10**9)
     await asyncio.wait_for(task, 1)
     _, truth = await get(app, "/replay/requests/r-all")

@@ -4,6 +4,10 @@ what the truth of each request says (gaps, causes, the schedule that must repeat
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,3 +132,17 @@ def schedule(truth: RequestTruth) -> list[tuple[int, int, tuple[str, ...]]]:
         )
         if kind == 1
     ]
+
+
+def wait_serving(base: str, server: subprocess.Popen[bytes], *, within_s: float = 20.0) -> None:
+    """Until the lab process ``server`` answers ``{base}/healthz``; fails with its output if
+    it ended first, or after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/healthz", timeout=1).close()
+            return
+        except (urllib.error.URLError, ConnectionError):
+            assert server.poll() is None, server.communicate()[0]
+            assert time.monotonic() < deadline, "the lab did not start"
+            time.sleep(0.1)

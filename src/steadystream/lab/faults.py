@@ -166,10 +166,7 @@ def parse_fault_header(value: str) -> FaultSpec:
     if "oversize-after" in fields:
         count, size = _pair(fields, "oversize-after", "N:SIZE (e.g. 5:4MB)")
         oversize_after = _int(count, "oversize-after")
-        try:
-            oversize_bytes = parse_size(size, name=f"{FAULT_HEADER} oversize-after")
-        except ValueError:  # a number too long for int() (over 4300 digits)
-            oversize_bytes = MAX_OVERSIZE_BYTES + 1
+        oversize_bytes = parse_size(size, name=f"{FAULT_HEADER} oversize-after")
         if not 0 < oversize_bytes <= MAX_OVERSIZE_BYTES:
             raise SpecError(
                 f"{FAULT_HEADER}: oversize-after needs a size above 0 and at most "
