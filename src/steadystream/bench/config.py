@@ -259,7 +259,11 @@ class BenchConfig(BaseModel):
         AfterValidator(_token_count("--output-tokens")),
         Flag("max_tokens per request, drawn: 256, uniform:..., normal:...", WORKLOAD),
     ] = None
-    max_tokens: Annotated[int | None, Field(ge=1), Flag("Cap on max_tokens.", WORKLOAD)] = None
+    max_tokens: Annotated[
+        int | None,
+        Field(ge=1, le=10_000_000),  # workload.MAX_TOKEN_COUNT (imported lazily: --help)
+        Flag("Cap on max_tokens.", WORKLOAD),
+    ] = None
     seed: Annotated[int, Flag("Seed of arrivals, prompts and cancellations.", WORKLOAD)] = 0
     cancel: Annotated[
         float,

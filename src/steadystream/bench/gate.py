@@ -114,6 +114,8 @@ class GateRule:
         worse = written if written is not None else known
         assert worse is not None
         value = float(number)
+        if not math.isfinite(value):  # digits past a float's range: no limit at all
+            raise SpecError(f"--max-regression {name}: limit {limit.strip()!r} is out of range")
         if suffix == "%":
             unit = "%"
         elif suffix == "pt":
@@ -218,8 +220,14 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
-        """No limit broken, and every rule decided (an ``unsure`` rule is not a pass)."""
-        return all(row.verdict in ("pass", "n/a") for row in self.rows)
+        """No limit broken, every rule decided (an ``unsure`` rule is not a pass), and at
+        least one judged: rules all ``n/a`` (a run whose every stream failed) judged nothing."""
+        return self.judged and all(row.verdict in ("pass", "n/a") for row in self.rows)
+
+    @property
+    def judged(self) -> bool:
+        """Whether any rule could be judged (not every metric undefined in a run)."""
+        return any(row.verdict != "n/a" for row in self.rows)
 
     @property
     def failures(self) -> list[GateRow]:

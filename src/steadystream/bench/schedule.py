@@ -31,7 +31,7 @@ import dataclasses
 import itertools
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,8 +126,13 @@ class ClosedLoop:
 
     def slot_openings(self) -> list[int]:
         """When each slot opens, as offsets from the start."""
+        return list(self.iter_slot_openings())
+
+    def iter_slot_openings(self) -> Iterator[int]:
+        """:meth:`slot_openings`, one at a time: a run of ``--requests 10`` at
+        ``--concurrency 1000000000`` opens ten slots, and holds no list of a billion."""
         n, share = self.concurrency, self.share
-        return [self.ramp_ns * k // n for k in range(share.worker, n, share.workers)]
+        return (self.ramp_ns * k // n for k in range(share.worker, n, share.workers))
 
     def describe(self) -> str:
         ramp = f", ramp {self.ramp_ns / NS_PER_S:g}s" if self.ramp_ns else ""
@@ -339,7 +344,7 @@ class Dispatcher:
     async def tickets(self) -> AsyncIterator[Ticket]:
         self.start_ns = start = self.clock.now_ns()
         if isinstance(self.schedule, ClosedLoop):
-            intended = self._closed_loop(start, self.schedule.slot_openings())
+            intended = self._closed_loop(start, self.schedule.iter_slot_openings())
         else:
             intended = self._timed(start, self.schedule.offsets(), self.schedule.max_concurrency)
         share = self.schedule.share
@@ -348,6 +353,10 @@ class Dispatcher:
             self.issued += 1
             self.in_flight += 1
             yield ticket
+            # Requests due at once (a huge --concurrency or --rate) would otherwise be handed
+            # out without the loop ever running: none would start, and Ctrl-C, the deadline
+            # and the lag sampler would wait for the last of them.
+            await asyncio.sleep(0)
 
     def _more(self) -> bool:
         return not self._stopped and (self.max_requests is None or self.issued < self.max_requests)
@@ -356,18 +365,24 @@ class Dispatcher:
         deadline = self.deadline_ns
         return deadline is not None and at >= deadline
 
-    async def _closed_loop(self, start: int, openings: Sequence[int]) -> AsyncIterator[int]:
-        pending = deque(start + o for o in openings)  # slots not open yet
+    async def _closed_loop(self, start: int, openings: Iterator[int]) -> AsyncIterator[int]:
+        # Slots not open yet, taken one at a time (in order of opening): only as many as
+        # requests are sent are ever looked at.
+        pending = (start + o for o in openings)
+        upcoming = next(pending, None)
         while self._more():
             now = self.clock.now_ns()
-            while pending and pending[0] <= now:
-                self._freed.append(pending.popleft())
             if self._past_deadline(now):
                 return
-            if self._freed:
+            freed = self._freed[0] if self._freed else None
+            if upcoming is not None and upcoming <= now and (freed is None or upcoming <= freed):
+                at, upcoming = upcoming, next(pending, None)
+                yield at
+                continue
+            if freed is not None:
                 yield self._freed.popleft()
                 continue
-            await self._wait(pending[0] if pending else None)
+            await self._wait(upcoming)
 
     async def _timed(
         self, start: int, offsets: Iterator[int], cap: int | None

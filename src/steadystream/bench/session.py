@@ -18,8 +18,8 @@ from types import TracebackType
 
 import aiohttp
 
-from steadystream._clock import NS_PER_MS, Clock, MonotonicClock
-from steadystream.bench.cancel import LabTruthClient
+from steadystream._clock import NS_PER_MS, NS_PER_S, Clock, MonotonicClock
+from steadystream.bench.cancel import CancelPoint, LabTruthClient
 from steadystream.bench.client import StreamClient, open_session, resolve_with
 from steadystream.bench.endpoint import Endpoint
 from steadystream.bench.lag import LoopLagSampler
@@ -34,6 +34,8 @@ __all__ = ["Bench", "BenchSettings"]
 
 _WARMUP_INDEX = 1 << 40  # warm-up requests draw prompts far from the run's own indices
 _WARMUP_TOKENS = 16
+WARMUP_LIMIT_NS = 30 * NS_PER_S
+"""How long a warm-up stream may last: a server that never ends one cannot hold the run."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,19 +138,22 @@ class Bench:
             raise RuntimeError("use `async with Bench(...)` before running")
         return self._client
 
-    async def warm_up(self, count: int) -> list[Timeline]:
+    async def warm_up(self, count: int, *, limit_ns: int = WARMUP_LIMIT_NS) -> list[Timeline]:
         """Send ``count`` short requests one after another, recorded nowhere.
 
         The first requests of a process pay one-time costs (connections, code paths run for
-        the first time) that would otherwise land in the first streams' stamps.
+        the first time) that would otherwise land in the first streams' stamps. Each is
+        closed after ``limit_ns`` at most: a server that ignores ``max_tokens`` and never
+        ends its stream would otherwise hold the run before its first request.
         """
         warm = []
         run_id = new_run_id()
+        cut = CancelPoint(after_ns=limit_ns)
         for i in range(count):
             spec = self.workload.request(_WARMUP_INDEX + i)
             limit = min(spec.max_tokens or _WARMUP_TOKENS, _WARMUP_TOKENS)
             spec = dataclasses.replace(spec, max_tokens=limit)
-            sent = await self.client.stream(spec, f"{run_id}-warmup-{i}")
+            sent = await self.client.stream(spec, f"{run_id}-warmup-{i}", cancel=cut)
             warm.append(sent.timeline)
         return warm
 

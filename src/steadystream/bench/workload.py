@@ -25,6 +25,7 @@ from steadystream._exceptions import InputError, SpecError
 from steadystream.timeline import estimate_tokens
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "Prompt",
     "RequestSpec",
     "TokenCount",
@@ -38,6 +39,16 @@ _UNIFORM = re.compile(r"^\s*uniform\s*:\s*(\d+)\s*-\s*(\d+)\s*$", re.IGNORECASE)
 _NORMAL = re.compile(
     r"^\s*normal\s*:\s*([0-9]*\.?[0-9]+)\s*,\s*([0-9]*\.?[0-9]+)\s*$", re.IGNORECASE
 )
+
+
+MAX_TOKEN_COUNT = 10_000_000
+"""The largest token count a spec, a prompt file's ``max_tokens`` or ``--max-tokens`` may
+ask for: past any model's context, and within what a request body can carry."""
+
+
+def _bounded(value: float, name: str, text: str) -> None:
+    if value > MAX_TOKEN_COUNT:
+        raise SpecError(f"{name}: at most {MAX_TOKEN_COUNT:,} tokens, got {text!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +65,19 @@ class TokenCount:
             value = int(match[1])
             if value < 1:
                 raise SpecError(f"{name}: must be at least 1, got {text!r}")
+            _bounded(value, name, text)
             return cls("fixed", value)
         if match := _UNIFORM.match(text):
             low, high = int(match[1]), int(match[2])
             if not 1 <= low <= high:
                 raise SpecError(f"{name}: uniform:LOW-HIGH needs 1 <= LOW <= HIGH, got {text!r}")
+            _bounded(high, name, text)
             return cls("uniform", low, high)
         if match := _NORMAL.match(text):
             mean, sd = float(match[1]), float(match[2])
             if mean < 1:
                 raise SpecError(f"{name}: normal:MEAN,SD needs MEAN >= 1, got {text!r}")
+            _bounded(max(mean, sd), name, text)
             return cls("normal", mean, sd)
         raise SpecError(
             f"{name}: cannot read {text!r} (examples: 256, uniform:100-400, normal:300,50)"
@@ -74,7 +88,8 @@ class TokenCount:
             return int(self.a)
         if self.kind == "uniform":
             return int(rng.integers(int(self.a), int(self.b) + 1))
-        return max(1, round(float(rng.normal(self.a, self.b))))
+        # A wide normal's tail is cut where a spec's own bound is: a draw never goes past it.
+        return min(max(1, round(float(rng.normal(self.a, self.b)))), MAX_TOKEN_COUNT)
 
     def __str__(self) -> str:
         if self.kind == "fixed":
@@ -204,6 +219,13 @@ def _parse_prompts(lines: list[bytes], source: str) -> tuple[Prompt, ...]:
             continue
         where = f"{source}:{number}"
         try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column"
+                f" {exc.start + 1}); a prompts file is JSONL in UTF-8"
+            ) from None
+        try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise InputError(f"{where}: not valid JSON ({exc})") from exc
@@ -235,9 +257,13 @@ def _prompt(record: dict[str, Any], where: str) -> Prompt:
         checked.append({"role": message["role"], "content": message["content"]})
     max_tokens = record.get("max_tokens")
     if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or not 1 <= max_tokens <= MAX_TOKEN_COUNT
     ):
-        raise InputError(f"{where}: 'max_tokens' must be a positive whole number")
+        raise InputError(
+            f"{where}: 'max_tokens' must be a whole number from 1 to {MAX_TOKEN_COUNT:,}"
+        )
     return Prompt(tuple(checked), max_tokens)
 
 

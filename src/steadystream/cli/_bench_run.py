@@ -95,9 +95,10 @@ def _show_run(outcome: BenchOutcome, console: Console, json_output: bool) -> int
             console.print(_bench_view.cancellation_table(stats))
     if failed:
         streams = len(result.timelines)
+        # The server's own words: its control characters (terminal escapes) shown, not run.
+        first_error = _console.plain(outcome.first_error).plain
         print_error(
-            f"no stream succeeded ({streams} of {streams} failed); first error:"
-            f" {outcome.first_error}"
+            f"no stream succeeded ({streams} of {streams} failed); first error: {first_error}"
         )
         console.print(
             f"recorded {outcome.written} failed streams to {outcome.plan.output}",

@@ -24,6 +24,7 @@ from steadystream.bench.gate import show_value
 from steadystream.bench.progress import ProgressSnapshot, RunProgress
 from steadystream.bench.sweep import SweepPoint, SweepResult
 from steadystream.bench.verdict import GateVerdict
+from steadystream.cli._console import plain
 
 __all__ = ["LiveView", "cancellation_table", "gate_heading", "gate_table", "sweep_table"]
 
@@ -90,7 +91,8 @@ def render_snapshot(
     )
     parts: list[Table | Text] = [head, stats]
     if snap.first_error:
-        parts.append(Text(f"first error: {snap.first_error}", style="red"))
+        # The server's own words: shown with their control characters (escapes) defused.
+        parts.append(Text(f"first error: {plain(snap.first_error).plain}", style="red"))
     return Group(*parts)
 
 

@@ -68,10 +68,11 @@ def gate(
 
 
 def verdict_code(verdict: GateVerdict) -> int:
-    """0 passed, 1 a limit broken, 4 undecided (too few streams to judge a limit)."""
+    """0 passed, 1 a limit broken, 4 undecided (too few streams to judge a limit, or no
+    rule could be judged at all)."""
     if verdict.report.failures:
         return EXIT_REGRESSION
-    return EXIT_UNDECIDED if verdict.report.undecided else 0
+    return 0 if verdict.report.passed else EXIT_UNDECIDED
 
 
 def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = False) -> None:
@@ -107,6 +108,12 @@ def show_verdict(verdict: GateVerdict, console: Console, *, json_output: bool = 
             f"[bold yellow]gate undecided[/]: too few streams to judge {unsure}"
             f" ({verdict.baseline_streams:,} and {verdict.current_streams:,} streams);"
             " bench more streams",
+            highlight=False,
+        )
+    elif not report.judged:
+        console.print(
+            "[bold yellow]gate undecided[/]: no rule could be judged: every gated metric is"
+            " undefined in a run (did its streams fail?)",
             highlight=False,
         )
     else:
