@@ -12,6 +12,7 @@ from aiohttp import abc, web
 
 from steadystream import Outcome, TokenSource
 from steadystream.bench import Bench, ClosedLoop, Endpoint, RunOptions, RunResult, Workload
+from steadystream.bench.client import MOST_EVENTS, most_events
 from steadystream.bench.workload import builtin_prompts
 from steadystream.lab import LabServer, scenario_from_mapping
 from steadystream.protocol import DONE, chat_chunk, encode_chunk
@@ -45,6 +46,20 @@ async def json_body(request: web.Request) -> web.StreamResponse:
     return web.json_response({"choices": [{"message": {"content": "whole"}}]})
 
 
+async def web_page(request: web.Request) -> web.StreamResponse:
+    # A login page, or a proxy's, where the API was expected.
+    return web.Response(text="<html><body>Sign in</body></html>", content_type="text/html")
+
+
+async def endless(request: web.Request) -> web.StreamResponse:
+    # Ignores max_tokens and never ends: a run of --requests would wait for it for ever.
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for _ in range(100_000):  # (bounded: the client leaves long before)
+        await response.write(chunk("x") * 50)
+    return response
+
+
 async def picky(request: web.Request) -> web.StreamResponse:
     # Refuses vLLM's continuous_usage_stats, as strict OpenAI-compatible servers do.
     body = await request.json()
@@ -71,6 +86,8 @@ async def odd_server() -> AsyncIterator[str]:
         ("malformed", malformed),
         ("nodone", no_done),
         ("json", json_body),
+        ("page", web_page),
+        ("endless", endless),
         ("picky", picky),
         ("llama", no_usage_until_length),
     ):
@@ -163,6 +180,21 @@ async def test_malformed_sse_no_done_and_a_json_body(odd_server: str) -> None:
     assert whole.outcome is Outcome.ERROR
     assert whole.error is not None
     assert "not an event stream" in whole.error
+    (page,) = (await one(f"{odd_server}/page/v1")).timelines
+    assert page.outcome is Outcome.ERROR
+    assert page.error is not None
+    assert "a web page (text/html), not an event stream" in page.error  # (was: cut mid-event)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_far_past_its_max_tokens_is_closed_as_an_error(odd_server: str) -> None:
+    (endless,) = (await one(f"{odd_server}/endless/v1")).timelines
+    assert endless.outcome is Outcome.ERROR
+    assert endless.error == (
+        "the server sent more than 1,032 events for max_tokens 8; closed by the client"
+    )
+    assert 1_032 <= len(endless.times) <= 1_032 + 50  # what was read is kept
+    assert most_events(None) == MOST_EVENTS
 
 
 @pytest.mark.asyncio

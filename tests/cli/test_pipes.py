@@ -96,3 +96,18 @@ def test_an_80_column_terminal_folds_ids_and_outcomes_rather_than_cutting_them()
     print_summary(summary, Console(file=buffer, force_terminal=True, width=80))
     shown = buffer.getvalue()
     assert "…" not in shown  # the id goes on over a second line where it must
+
+
+def test_an_error_message_from_outside_cannot_drive_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Every command's "error: ..." may quote a server's or a file's text.
+    from steadystream.cli._errors import print_error
+
+    print_error("upstream said \x1b]0;owned\x07\x1b[2J [bold]x[/] in 'steadystream[ray]'\nnext")
+    err = capsys.readouterr().err
+    assert "\x1b]0;" not in err
+    assert "\x1b[2J" not in err
+    assert "[bold]x[/]" in err  # as written, not read as markup
+    assert "steadystream[ray]" in err
+    assert "\nnext" in err  # (a line break stays one)

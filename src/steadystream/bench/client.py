@@ -249,11 +249,17 @@ class StreamClient:
         cancel_after = state.cancel.after_tokens if state.cancel is not None else None
         limit = drop_after if drop_after is not None else cancel_after
         ids, returned = state.ids, state.returned
+        most, seen = most_events(state.max_tokens), 0
 
         def sink(stamp: int, data: bytes) -> bool:
+            nonlocal seen
             state.reads += 1
             items = feed(stamp, data)
             if items:
+                seen += len(items)
+                if seen > most:  # (a server that ignores max_tokens and never ends)
+                    state.finish(self.clock.now_ns(), Outcome.ERROR, _overrun(most, state))
+                    return True
                 state.note_stamp(stamp, len(items))
                 if ids is not None:
                     ids.see(items)
@@ -404,13 +410,37 @@ async def _refusal(conn: StampedConnection, head: ResponseHead, endpoint: Endpoi
                 f" /{endpoint.path}"
             )
         return message
-    if head.headers.get("content-type", "").startswith("application/json"):
+    media = head.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media == "application/json":
         body = await conn.read_body(_ERROR_BODY_LIMIT)
         return (
             "the server answered with JSON, not an event stream (does it support stream=true?)"
             + _server_message(body)
         )
+    if media in ("text/html", "application/xhtml+xml"):
+        # A web page where an API was expected: a login page, a proxy's, a server's root.
+        return (
+            f"the server answered with a web page ({media}), not an event stream: is the URL"
+            " the API's base (such as http://host:8000/v1)?"
+        )
     return None
+
+
+MOST_EVENTS = 10_000_000
+"""Events of one stream read at most when the request names no ``max_tokens``."""
+
+
+def most_events(max_tokens: int | None) -> int:
+    """How many events a stream is read for: four an asked-for token and a thousand more
+    (role, usage, a dialect's own events, keepalives), else :data:`MOST_EVENTS`. Past it the
+    stream is closed as an error: a run of ``--requests`` with no ``--duration`` would
+    otherwise wait for a server that never ends a stream."""
+    return MOST_EVENTS if max_tokens is None else 4 * max_tokens + 1_000
+
+
+def _overrun(most: int, state: AttemptState) -> str:
+    asked = "no max_tokens" if state.max_tokens is None else f"max_tokens {state.max_tokens:,}"
+    return f"the server sent more than {most:,} events for {asked}; closed by the client"
 
 
 def _server_message(body: bytes) -> str:

@@ -31,10 +31,9 @@ def exit_on_error() -> Iterator[None]:
 
 def print_error(message: str) -> None:
     """``error: MESSAGE`` on stderr, one line however long (a pipe has no width to fit)."""
-    from rich.markup import escape
+    from steadystream.cli._console import console, quoted
 
-    from steadystream.cli._console import console
-
-    # Escaped: a message may hold brackets ("pip install 'steadystream[ray]'", a path)
-    # that rich would otherwise take for markup and drop.
-    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # Quoted: a message may hold brackets ("pip install 'steadystream[ray]'", a path) that
+    # rich would otherwise take for markup and drop, and text from outside (a server's error,
+    # a file's line) whose control characters would drive the terminal.
+    console(stderr=True).print(f"[bold red]error:[/] {quoted(message)}", highlight=False)
