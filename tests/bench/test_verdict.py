@@ -85,3 +85,21 @@ def test_cancellation_stats_count_only_what_bench_cancelled() -> None:
     assert stats.tax_tokens is not None
     assert stats.tax_tokens.max == 4.0
     assert stats.notice_ms is None
+
+
+def test_one_stream_against_one_is_never_a_pass_nor_a_failure() -> None:
+    # One stream's bootstrap has no spread: every rule "passed" on no evidence.
+    one = LoadedRun(Path("one.jsonl"), steady_run()[:1])
+    same = judge_runs(one, LoadedRun(Path("same.jsonl"), steady_run()[:1]), parse_rules([]))
+    assert {row.verdict for row in same.report.rows} <= {"unsure", "n/a"}
+    assert "unsure" in {row.verdict for row in same.report.rows}
+    assert not same.passed
+    assert any("a run needs 2 streams at least" in note for note in same.notes)
+    frozen = judge_runs(one, LoadedRun(Path("frozen.jsonl"), frozen_run()[:1]), parse_rules([]))
+    assert "FAIL" not in {row.verdict for row in frozen.report.rows}
+    many = judge_runs(
+        LoadedRun(Path("a.jsonl"), steady_run()),
+        LoadedRun(Path("b.jsonl"), steady_run()),
+        parse_rules([]),
+    )
+    assert many.passed  # (the bound leaves runs of many streams as they were)

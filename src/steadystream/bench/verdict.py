@@ -12,7 +12,7 @@ lagged (then the verdict may be about the client, not the server).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from steadystream._exceptions import InputError
@@ -94,6 +94,11 @@ class GateVerdict:
         return self.report.passed
 
 
+MIN_STREAMS = 2
+"""The fewest streams a run may have for a rule to be judged on it: a release gate does not
+pass (nor fail) on the evidence of one stream."""
+
+
 def judge_runs(
     baseline: LoadedRun,
     current: LoadedRun,
@@ -113,6 +118,14 @@ def judge_runs(
     )
     report = compare(fleet_metrics(before, config), fleet_metrics(after, config), rules, draws)
     sizes = (len(before), len(after))
+    if min(sizes) < MIN_STREAMS:
+        # One stream's bootstrap has no spread: it would "pass" or "fail" on no evidence.
+        report = GateReport(
+            [
+                replace(r, verdict="unsure") if r.verdict in ("pass", "FAIL") else r
+                for r in report.rows
+            ]
+        )
     undecided = (_too_few(row, rule, sizes) for row, rule in zip(report.rows, rules, strict=True))
     notes = [note for note in undecided if note is not None]
     notes += [run.note for run in (baseline, current) if run.note]
@@ -132,6 +145,11 @@ def _too_few(row: GateRow, rule: GateRule, sizes: tuple[int, int]) -> str | None
         return None
     streams = f"{sizes[0]:,} and {sizes[1]:,} streams"
     name = rule.metric.removesuffix("_s")
+    if min(sizes) < MIN_STREAMS:
+        return (
+            f"too few streams to judge {name} ({streams}): a run needs {MIN_STREAMS} streams"
+            " at least for its spread to be known; bench more streams"
+        )
     if row.change_interval is None:
         return (
             f"too few streams to judge {name} ({streams}): it is undefined in most of"
