@@ -309,7 +309,9 @@ class StreamRelay(Relay):
             choices=self.request.choices,
         )
         attempt.action = action
-        attempt.cutter.keep_raw = self.pacer is not None
+        # Each piece's payload is kept where it is re-sent or re-read: paced, or translated
+        # (a chunk of reasoning and content, or of choices, is split by its payload).
+        attempt.cutter.keep_raw = self.pacer is not None or api != route
         body = build_body(self.request, upstream, action, self.ctx.progress)
         watchdog.start(self.clock.now_ns())
         try:

@@ -6,7 +6,8 @@ call, a usage-only tail, an empty delta, or an in-band error. It reads the chat 
 (``choices[i].delta``) and the completions shape (``choices[i].text``), both names servers
 use for reasoning (``reasoning_content``, vLLM's newer ``reasoning``), and the error shapes
 servers send mid-stream (``{"error": {...}}``, ``{"error": "..."}``, vLLM's older top-level
-``{"object": "error", ...}``). A payload that is not JSON, or JSON of the wrong shape,
+``{"object": "error", ...}``). A refusal (``delta.refusal``: what the person reads in place of
+the answer) is content. A payload that is not JSON, or JSON of the wrong shape,
 raises :class:`ProtocolError` naming what was wrong; missing optional fields are not wrong.
 
 :func:`chat_chunk` and friends build the payloads servers send (the lab engine, the
@@ -136,6 +137,9 @@ def _classify_choices(choices: list[Any], usage: dict[str, int] | None) -> Chunk
         text = _string(delta.get("content"), i, "delta.content")
         if text:
             content.append(text)
+        refusal = delta.get("refusal")  # (a name some servers send null or odd: only text counts)
+        if type(refusal) is str and refusal:
+            content.append(refusal)
         for key, field in _REASONING_FIELDS:
             text = _string(delta.get(key), i, field)
             if text:

@@ -12,9 +12,10 @@ The stream is read in chat (the upstream's dialect), so the watchdog, usage, fai
 edges' records work as for any chat stream; the translator is the attempt's rewriter on the
 line and turns each piece into the client's events as it arrives, holding nothing back.
 
-Translated: text, reasoning (a Responses reasoning item, a Messages thinking block), the
-finish reason, usage. Not translated (a 400 naming the field): tools, images and files,
-stored conversations; a tool call an upstream makes anyway is measured but not sent on.
+Translated: text (a chat refusal among it), reasoning (a Responses reasoning item, a
+Messages thinking block), the finish reason, usage. Not translated (a 400 naming the
+field): tools, images and files, stored conversations; a tool call an upstream makes anyway
+is measured but not sent on.
 """
 
 from __future__ import annotations

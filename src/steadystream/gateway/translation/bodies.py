@@ -21,6 +21,13 @@ items of text)              blocks)
 ``user``                    (none)                           ``user``
 ==========================  ===============================  ==========================
 
+The reasoning of earlier turns (Responses ``reasoning`` items, Messages ``thinking`` and
+``redacted_thinking`` blocks) is left out: chat has no place for it, and a client that sends
+an answer back as it got it (the SDKs' ``[*response.output, ...]``, ``message.content``) sends
+the reasoning the gateway translated. It is not part of the question (Anthropic's API drops
+earlier turns' thinking too). A stored prompt (Responses ``prompt``) and MCP servers
+(Messages ``mcp_servers``, tools) are refused.
+
 A streamed request asks for the usage chunk (``stream_options.include_usage``): the
 translated stream's closing events carry the counts.
 """
@@ -36,6 +43,7 @@ __all__ = ["chat_request"]
 _INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _INPUT_PARTS = frozenset({"input_text", "output_text"})
 _TEXT_BLOCKS = frozenset({"text"})
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})  # (an earlier turn's: left out)
 _KEPT = ("temperature", "top_p")
 
 
@@ -66,6 +74,7 @@ def _from_responses(body: dict[str, Any]) -> dict[str, Any]:
     _refuse_if_set(body, "previous_response_id", "a stored response cannot be continued")
     _refuse_if_set(body, "conversation", "a stored conversation cannot be continued")
     _refuse_if_set(body, "tools", "tools are not translated")
+    _refuse_if_set(body, "prompt", "a stored prompt cannot be used")
     if body.get("background"):
         raise _untranslatable(
             "background", "a background response is not translated (it is stored upstream)"
@@ -80,7 +89,9 @@ def _from_responses(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(given, str):
         messages.append({"role": "user", "content": given})
     else:
-        messages.extend(_input_message(item, i) for i, item in enumerate(given or ()))
+        for i, item in enumerate(given or ()):
+            if item.get("type") != "reasoning":  # (an earlier turn's: see the docstring)
+                messages.append(_input_message(item, i))
     if not messages:
         raise _untranslatable("input", "at least one message is needed")
     chat: dict[str, Any] = {"messages": messages}
@@ -159,14 +170,19 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 def _from_messages(body: dict[str, Any]) -> dict[str, Any]:
     _refuse_if_set(body, "tools", "tools are not translated")
+    _refuse_if_set(body, "mcp_servers", "MCP servers' tools are not translated")
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     if system is not None:
         content = _text_content(system, "system", _TEXT_BLOCKS)
         messages.append({"role": "system", "content": content})
     for i, message in enumerate(body["messages"]):  # parse_request checked roles and shapes
-        content = _text_content(message["content"], f"messages.{i}.content", _TEXT_BLOCKS)
-        messages.append({"role": message["role"], "content": content})
+        given, role = message["content"], message["role"]
+        skipped = _THINKING_BLOCKS if role == "assistant" else frozenset()
+        content = _text_content(given, f"messages.{i}.content", _TEXT_BLOCKS, skipped)
+        if content == [] and given:  # (a turn of reasoning alone: nothing chat can say of it)
+            continue
+        messages.append({"role": role, "content": content})
     chat: dict[str, Any] = {"messages": messages, "max_tokens": body["max_tokens"]}
     stops = body.get("stop_sequences")
     if stops is not None:
@@ -180,9 +196,12 @@ def _from_messages(body: dict[str, Any]) -> dict[str, Any]:
 # -- shared -----------------------------------------------------------------------------------
 
 
-def _text_content(content: Any, field: str, accepted: frozenset[str]) -> str | list[dict[str, str]]:
+def _text_content(
+    content: Any, field: str, accepted: frozenset[str], skipped: frozenset[str] = frozenset()
+) -> str | list[dict[str, str]]:
     """``field``, a content of text (a string, or a list of text parts or blocks), in chat's
-    shape: the string, or chat's text parts (one part: its string)."""
+    shape: the string, or chat's text parts (one part: its string); parts of a ``skipped``
+    type are left out."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -193,6 +212,8 @@ def _text_content(content: Any, field: str, accepted: frozenset[str]) -> str | l
         if not isinstance(part, dict):
             raise _untranslatable(at, "must be an object")
         kind = part.get("type")
+        if kind in skipped:
+            continue
         if not isinstance(kind, str) or kind not in accepted:
             raise _untranslatable(
                 f"{at}.type",

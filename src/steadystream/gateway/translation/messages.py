@@ -11,10 +11,11 @@ The stream, as the chat pieces arrive::
                      input tokens), message_stop
 
 Content after reasoning (or reasoning after content) stops one block and starts the next at
-the next index. An answer with no text still gets its (empty) text block. Chat's finish
-reasons become stop reasons: ``stop`` is ``end_turn``, ``length`` ``max_tokens``,
-``content_filter`` ``refusal``, and ``tool_calls`` ``end_turn`` (the calls are not sent
-on). Where the upstream gave no usage, the output tokens are the text deltas counted.
+the next index; a piece that holds both goes reasoning first (``texts_of``). An answer with
+no text still gets its (empty) text block. Chat's finish reasons become stop reasons:
+``stop`` is ``end_turn``, ``length`` ``max_tokens``, ``content_filter`` ``refusal``, and
+``tool_calls`` ``end_turn`` (the calls are not sent on). Where the upstream gave no usage,
+the output tokens are the text deltas counted.
 
 The translator keeps a few counts and the open block's index: nothing grows with the answer.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 from steadystream._types import EventKind
 from steadystream.gateway.events import ChunkFormat, Failure, Piece, encode_event
-from steadystream.gateway.translation.chat import ChatAnswer, comment_only, count
+from steadystream.gateway.translation.chat import ChatAnswer, comment_only, count, texts_of
 
 __all__ = ["MessagesTranslator", "whole_message"]
 
@@ -90,9 +91,12 @@ class MessagesTranslator:
         if piece.usage_counts is not None:
             self._usage = piece.usage_counts
         self._begin(out)
-        text = piece.text
-        if text and (kind is _CONTENT or kind is _REASONING):
-            self._delta(kind, text, out)
+        if kind is _CONTENT or kind is _REASONING:
+            reasoning, content = texts_of(piece)
+            if reasoning:
+                self._delta(_REASONING, reasoning, out)
+            if content:
+                self._delta(_CONTENT, content, out)
         if piece.finish is not None:
             self._finish = piece.finish
             self._stop_block(out)

@@ -13,7 +13,8 @@ The stream, as the chat pieces arrive (every event numbered from 0 by ``sequence
                      with max_output_tokens for chat's ``length``, content_filter for its own)
 
 Content after reasoning (or reasoning after content) ends one item and opens the next at the
-next ``output_index``. An answer with no text still gets its (empty) message item.
+next ``output_index``; a piece that holds both goes reasoning first (``texts_of``). An answer
+with no text still gets its (empty) message item.
 
 The closing events repeat each item's whole text (the API's shape: the SDK's final response
 is built from them), so the translator holds the answer's text: references to the pieces'
@@ -30,7 +31,7 @@ from typing import Any
 from steadystream._types import EventKind
 from steadystream.gateway.events import Failure, Piece, encode_event
 from steadystream.gateway.failover import Cause
-from steadystream.gateway.translation.chat import ChatAnswer, comment_only, count
+from steadystream.gateway.translation.chat import ChatAnswer, comment_only, count, texts_of
 
 __all__ = ["ResponsesTranslator", "error_event", "failed_after", "whole_response"]
 
@@ -138,11 +139,12 @@ class ResponsesTranslator:
         if kind is None:  # [DONE]
             self._close(out)
             return piece._replace(raw=b"".join(out))
-        text = piece.text
-        if text and (kind is _CONTENT or kind is _REASONING):
+        reasoning = content = ""
+        if kind is _CONTENT or kind is _REASONING:
+            reasoning, content = texts_of(piece)
             # Checked before anything is numbered: a refused piece leaves no gap. The closing
             # events repeat the text four times, so a quarter of the limit is held.
-            self._held += len(text)
+            self._held += len(reasoning) + len(content)
             if self._held > self._max_text // 4:
                 self._failure = Failure(
                     Cause.OVERSIZED_EVENT,
@@ -152,8 +154,10 @@ class ResponsesTranslator:
                 )
                 return None
         self._begin(out)
-        if text and (kind is _CONTENT or kind is _REASONING):
-            self._delta(kind, text, out)
+        if reasoning:
+            self._delta(_REASONING, reasoning, out)
+        if content:
+            self._delta(_CONTENT, content, out)
         if piece.usage_counts is not None:
             self._usage = piece.usage_counts
         if piece.finish is not None:
@@ -353,11 +357,14 @@ def response_base(ident: str, model: str, created: int, request: dict[str, Any])
 
 
 def response_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A chat usage object in the Responses API's shape (None: the upstream gave none)."""
-    if usage is None:
+    """A chat usage object in the Responses API's shape (None: the upstream gave none, or
+    no count in it)."""
+    prompt = count(usage, "prompt_tokens")
+    completion = count(usage, "completion_tokens")
+    if prompt is None and completion is None:  # (or none that is a count)
         return None
-    prompt = count(usage, "prompt_tokens") or 0
-    completion = count(usage, "completion_tokens") or 0
+    prompt = prompt or 0
+    completion = completion or 0
     total = count(usage, "total_tokens")
     return {
         "input_tokens": prompt,
