@@ -6,13 +6,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from steadystream._flags import Flag
 from steadystream._options import Inject, Only
 from steadystream._validation import Duration
 from steadystream.cli import app
 from steadystream.cli._models import model_options
+
+_DAY_NS = 86_400 * 10**9
+
+
+def _deadline(ns: int) -> int:
+    # Playwright reads a timeout of 0 as none, and one past 2**31 - 1 ms (24.8 days) as 1 ms.
+    if not 0 < ns <= _DAY_NS:
+        raise ValueError("must be above zero and at most 24h")
+    return ns
 
 
 @app.command()
@@ -35,8 +44,9 @@ def glass(
     ] = Path("glass.jsonl"),
     timeout: Annotated[
         Duration,
+        AfterValidator(_deadline),
         Field(default="2m", validate_default=True),  # shown as written
-        Flag("Deadline of each run (page load, answer and report).", text=True),
+        Flag("Deadline of each run (page load, answer and report), up to 24h.", text=True),
     ],
 ) -> None:
     """Replay RUN into PAGE in headless Chromium; record its arrivals and paints per token.
@@ -47,6 +57,7 @@ def glass(
     """
     import asyncio
 
+    from steadystream._exceptions import InputError
     from steadystream.cli import _console
     from steadystream.cli._errors import exit_on_error
     from steadystream.files import read_timelines, write_timelines
@@ -57,6 +68,7 @@ def glass(
     console = _console.console(stderr=True)
     timeout_s = timeout / 1e9
     with exit_on_error():
+        _check_output(output, replay_run)  # (before the runs, which may take minutes)
         injections = [parse_injection(spec) for spec in inject]
         timelines = read_timelines(replay_run).timelines
         chromium = find_chromium()
@@ -81,8 +93,34 @@ def glass(
                     on_run=progress,
                 )
             )
-        write_timelines(output, result.timelines)
+        try:
+            write_timelines(output, result.timelines)
+        except OSError as exc:  # (a full disk, a folder removed while the runs went)
+            raise InputError(f"cannot write {output}: {exc.strerror or exc}") from exc
     done = runs - len(result.failures)
     console.print(f"{done}/{runs} runs recorded to {output}", highlight=False)
     if result.failures:
         raise typer.Exit(1)
+
+
+def _check_output(output: Path, replay_run: Path) -> None:
+    """Refuse an output the timelines cannot be written to, or that is the recorded run
+    replayed (it would be replaced by the glass runs)."""
+    import os
+
+    from steadystream._exceptions import InputError
+    from steadystream.files import TIMELINE_SUFFIXES
+
+    problem = None
+    if not output.name.endswith(TIMELINE_SUFFIXES):
+        problem = f"name a timeline file ({', '.join(TIMELINE_SUFFIXES)})"
+    elif output.is_dir():
+        problem = "a folder; name a timeline file"
+    elif output.exists() and not output.is_file():
+        problem = "not a regular file (a FIFO would hang the write)"
+    elif not output.parent.is_dir():
+        problem = f"its folder {output.parent} does not exist"
+    elif output.exists() and replay_run.exists() and os.path.samefile(output, replay_run):
+        problem = "it is the recorded run replayed here: name another file"
+    if problem is not None:
+        raise InputError(f"--output {output}: {problem}")

@@ -9,7 +9,7 @@ taken only:
 - from a caller the gateway's keys admit (401), with recording on (403);
 - with that token, for that stream, from that tenant, before it expires (403), once (409);
 - within its client's budget of reports and bytes a second (429 with ``Retry-After``); a
-  client is its tenant when the gateway has tenants, else its address;
+  client is its tenant when the gateway has tenants, else its address (an IPv6 one's /64);
 - within ``glass`` limits on size and shape (413, 400).
 
 What is taken goes to glass files of its own, beside the recording and never counted in its
@@ -19,6 +19,7 @@ passed in by a program (not the gateway's own files) gets it through its ``write
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +42,13 @@ from steadystream.glass.routes import Take, glass_routes
 from steadystream.glass.tokens import GLASS_TOKEN_HEADER, MIN_SECRET_BYTES, GlassTokens
 from steadystream.timeline import Timeline
 
-__all__ = ["gateway_glass_routes", "glass_cors", "glass_secret", "glass_tokens"]
+__all__ = [
+    "client_address",
+    "gateway_glass_routes",
+    "glass_cors",
+    "glass_secret",
+    "glass_tokens",
+]
 
 CLAIMS_FOLDER = "glass-tokens-used"
 
@@ -70,6 +77,21 @@ def glass_tokens(
             )
         secret = value.encode()
     return GlassTokens(secret or glass_secret(), glass.token_ttl // NS_PER_S, _unix_s(clock))
+
+
+def client_address(host: str) -> str:
+    """The address a client's budget is kept by: an IPv6 address's /64, which a single host
+    is given whole (one budget per address would hand it 2**64 of them), an IPv4-mapped
+    IPv6 address as its IPv4 one, any other host as it is."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 def _unix_s(clock: Clock) -> Callable[[], float]:
@@ -124,7 +146,7 @@ def gateway_glass_routes(state: GatewayState) -> list[Route]:
         assert tokens is not None  # (made whenever glass.accept is on)
         ticket = tokens.check(request.headers.get(GLASS_TOKEN_HEADER), tenant)
         host = request.client.host if request.client is not None else "unknown"
-        client = f"tenant:{tenant}" if not state.auth.open else f"address:{host}"
+        client = f"tenant:{tenant}" if not state.auth.open else f"address:{client_address(host)}"
         wait = budgets.take_post(client)
         if wait:
             raise OverBudget(f"{config.client_reports_per_s:g} reports a second", wait)

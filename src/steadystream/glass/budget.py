@@ -25,6 +25,8 @@ from steadystream._clock import NS_PER_S
 
 __all__ = ["ClientBudgets", "OverBudget", "retry_after"]
 
+_MOST_WAIT_S = 86_400.0
+
 
 @dataclass(slots=True)
 class _Buckets:
@@ -95,8 +97,9 @@ class ClientBudgets:
 
 
 def retry_after(wait_s: float) -> str:
-    """A wait as a ``Retry-After`` value: whole seconds, rounded up, at least 1."""
-    return str(max(1, math.ceil(wait_s)))
+    """A wait as a ``Retry-After`` value: whole seconds, rounded up, at least 1 and at most
+    a day (a rate of a few reports a year, or a subnormal one, would wait years: infinity)."""
+    return str(max(1, math.ceil(min(wait_s, _MOST_WAIT_S))))
 
 
 class OverBudget(ApiError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +37,8 @@ _ASK = "(options) => window.steadystreamAsk(options)"
 _READY = "() => typeof window.steadystreamAsk === 'function'"
 _REPORT_WAIT_S = 5.0
 _POLL_S = 0.05
+_CONSOLE_KEPT = 3  # a failed run names the page's last console errors
+_SHOWN = 500  # characters of a console error, or of a page's answer, in a failure
 # Headless flags shared with the report's screenshots, less what Playwright sets itself.
 _FLAGS = ("--disable-gpu", "--disable-quic", "--no-first-run", "--mute-audio", "--hide-scrollbars")
 
@@ -118,8 +121,8 @@ async def _one_run(
     from playwright.async_api import Error as PlaywrightError
 
     page = await browser.new_page(viewport={"width": 900, "height": 700})
-    console: list[str] = []
-    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    console: deque[str] = deque(maxlen=_CONSOLE_KEPT)  # (a page may log errors in a loop)
+    page.on("console", lambda m: console.append(m.text[:_SHOWN]) if m.type == "error" else None)
     try:
         await page.goto(url, timeout=timeout_s * 1000)
         await page.wait_for_function(_READY, timeout=timeout_s * 1000)
@@ -128,12 +131,12 @@ async def _one_run(
         )
     except (PlaywrightError, TimeoutError) as exc:
         detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-        errors = f" (console: {'; '.join(console[-3:])})" if console else ""
+        errors = f" (console: {'; '.join(console)})" if console else ""
         return f"{request_id}: {detail.splitlines()[0]}{errors}"
     finally:
         await page.close()
     if not isinstance(answer, dict) or answer.get("outcome") != "complete":
-        return f"{request_id}: the page ended with {answer!r}"
+        return f"{request_id}: the page ended with {repr(answer)[:_SHOWN]}"
     return None
 
 

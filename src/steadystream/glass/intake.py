@@ -17,7 +17,8 @@ frame showed). Both are offsets from the same instant, so paint minus arrival pe
 what the browser (and the page's renderer) added.
 
 Everything is bounded: the body (``max_body_bytes``), the events (``max_events`` per list),
-the labels (16, short), times (finite, in order, under a day). An error names the field.
+the labels (16 of the page's, short, and the probe's ``truncated_probe``), times (finite, in
+order, under a day). An error names the field.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ __all__ = ["GLASS_SCHEMA", "GlassLimits", "GlassReport", "parse_report"]
 GLASS_SCHEMA = "steadystream.glass/1"
 _DAY_MS = 86_400_000.0
 _MAX_TOKENS_PER_EVENT = 100_000
+_MAX_LABELS = 16  # a page's own labels (docs/glass.md)
+_TRUNCATED_LABEL = "truncated_probe"  # added by the probe past its maxEvents
 # Numbers must be JSON numbers: pydantic's lax mode would read "1.5" as a time and true as
 # a token, so text where a number goes would be recorded as one.
 _Number = Annotated[float, Strict()]
@@ -70,7 +73,7 @@ class GlassReport(BaseModel):
     schema_: Literal["steadystream.glass/1"] = Field(alias="schema")
     stream_id: str
     started_at: _Number | None = Field(None, ge=0, le=1e11)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=16)
+    labels: dict[str, str] = Field(default_factory=dict)
     outcome: Literal["complete", "cancelled", "error", "truncated"] = "complete"
     first_byte_ms: _Number | None = Field(None, ge=0, le=_DAY_MS)
     end_ms: _Number | None = Field(None, ge=0, le=_DAY_MS)
@@ -88,6 +91,9 @@ class GlassReport(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        # The page's own, and the label the probe adds when it stopped recording.
+        if len(value) - (_TRUNCATED_LABEL in value) > _MAX_LABELS:
+            raise ValueError(f"at most {_MAX_LABELS} labels (besides {_TRUNCATED_LABEL!r})")
         for key, text in value.items():
             if not 0 < len(key) <= 64 or len(text) > 256:
                 raise ValueError("keys of 1 to 64 characters, values of at most 256")

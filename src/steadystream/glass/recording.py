@@ -12,7 +12,8 @@ when a worker starts a new one it removes the oldest glass files until the rest 
 one's eighth (or that report) fit. With N workers the directory holds at most the budget
 plus N - 1 files being written. Each report is encoded
 whole, then written with one ``write`` to a file opened for appending, so a crash loses at
-most that report, and no file is held open between reports.
+most that report; a write the disk cuts short is undone, so the reports after it are not
+appended to a cut line. No file is held open between reports.
 """
 
 from __future__ import annotations
@@ -58,7 +59,17 @@ class GlassRecorder:
         assert self.path is not None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            start = os.fstat(fd).st_size  # (a worker's file is written by that worker alone)
+            try:
+                _write_all(fd, data)
+            except OSError:
+                # A full disk writes part of a report; the next one appended after that cut
+                # line would make the file unreadable (a cut line is tolerated only at the
+                # end), every report before it lost with it: the cut is undone, else the next
+                # report starts a new file, this one keeping its cut line at its end.
+                if not _cut_back(fd, start):
+                    self.path = None
+                raise
         finally:
             os.close(fd)
 
@@ -84,6 +95,20 @@ class GlassRecorder:
                 break
             path.unlink(missing_ok=True)
             total -= size
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _cut_back(fd: int, size: int) -> bool:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        return False
+    return True
 
 
 def _size(path: Path) -> int | None:

@@ -82,7 +82,7 @@ class GlassTokens:
         mac, _, stream_id = rest.partition(".")
         if (
             version != _VERSION
-            or not expires_text.isdigit()
+            or not (expires_text.isascii() and expires_text.isdigit())  # not '²': int() fails
             or len(expires_text) > 12
             or len(mac) != _MAC_CHARS
             or not is_client_id(stream_id)
