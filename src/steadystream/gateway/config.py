@@ -19,7 +19,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -29,7 +28,6 @@ from pydantic import (
 )
 
 from steadystream._exceptions import ConfigError, SpecError
-from steadystream._units import parse_size
 from steadystream._validation import (
     ConfigErrorWhenCalled,
     Duration,
@@ -42,6 +40,19 @@ from steadystream._validation import (
     usable_cores,
 )
 from steadystream._yaml import load_yaml
+from steadystream.gateway._fields import (
+    HOST,
+    MOST_BYTES,
+    NAME,
+    OWNED_HEADERS,
+    BaseUrl,
+    EnvName,
+    EnvNames,
+    HeaderName,
+    HeaderValue,
+    Size,
+    headers_problem,
+)
 from steadystream.otel.settings import endpoint_problem
 from steadystream.protocol.apis import Api
 
@@ -66,119 +77,6 @@ __all__ = [
     "with_pacing_and_recording",
     "with_server",
 ]
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# RFC 9110 5.6.2: a header name is a token.
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-# RFC 9110 5.5: a header value has no control character but a tab (a CR or LF would start
-# another header, or end the head, on every request sent; the HTTP client refuses them).
-_HEADER_VALUE = re.compile(r"^[^\x00-\x08\x0a-\x1f\x7f]*$")
-# A Host header's value: a name or IPv4 address, or an IPv6 address in brackets; a port.
-_HOST = re.compile(
-    r"(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
-)
-# Headers the gateway owns on its upstream requests. Framing ones (a Content-Length that is
-# not the body's lets the rest of the body be read as the next request on a pooled
-# connection) and hop-by-hop ones are set by the HTTP client; credentials go only through
-# ``api_key_env`` (never in the file) and only the upstream's own key is scrubbed from what
-# an upstream echoes, so a forwarded client key (a gateway key) would reach logs.
-_OWNED_HEADERS = frozenset(
-    {
-        "authorization",
-        "connection",
-        "content-length",
-        "host",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "x-api-key",
-    }
-)
-
-
-def _size(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return parse_size(value)
-        except SpecError:
-            pass
-    raise ValueError("a size is a byte count or a string like 64KiB or 1MiB")
-
-
-Size = Annotated[int, BeforeValidator(_size)]
-"""Bytes, written as a count or ``64KiB``, ``1MiB``."""
-
-_MOST_BYTES = 2**40
-"""The most any size here may be (1 TiB): far past any real use, and short of the C sizes
-that a read of one byte more would overflow."""
-
-
-def _env_name_problem(value: Any) -> str | None:
-    # A key pasted where its variable's name goes must not be quoted back (nor anywhere later).
-    if isinstance(value, str) and _ENV_NAME.fullmatch(value):
-        return None
-    return (
-        "not an environment variable name (letters, digits and _, not first a digit): name"
-        " the variable that holds the secret, never the secret itself"
-    )
-
-
-EnvName = Annotated[str, Screen(_env_name_problem)]
-"""The name of an environment variable that holds a secret; a refused one is never quoted."""
-
-
-def _env_names_problem(value: Any) -> str | None:
-    if isinstance(value, list | tuple):
-        return None  # each is an EnvName
-    return "a list of environment variable names (write [NAME])"
-
-
-EnvNames = Annotated[tuple[EnvName, ...], Screen(_env_names_problem)]
-
-
-def _header_name_problem(value: Any) -> str | None:
-    if isinstance(value, str) and not _TOKEN.fullmatch(value):
-        return "not a header name (letters, digits and !#$%&'*+-.^_`|~; no spaces or colons)"
-    return None
-
-
-HeaderName = Annotated[str, Screen(_header_name_problem, shown=str)]
-
-
-def _header_value_problem(value: Any) -> str | None:
-    if isinstance(value, str) and not _HEADER_VALUE.fullmatch(value):
-        return "the value has a CR, LF, NUL or other control character"
-    return None
-
-
-HeaderValue = Annotated[str, Screen(_header_value_problem)]
-"""A header's value, which may be a credential: a refused one is never quoted."""
-
-
-def _headers_problem(value: Any) -> str | None:
-    return None if isinstance(value, Mapping) else "a map of header names to values"
-
-
-def _base_url_problem(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return None
-    return url_problem(
-        value,
-        ("http", "https"),
-        no_query="the API path, such as /chat/completions, is added after it",
-    )
-
-
-BaseUrl = Annotated[str, Screen(_base_url_problem, shown=shown_url)]
-"""An upstream's base URL; a refused one is quoted without its password or query."""
-
 
 _NUMBER_LISTS = (tuple[int, ...], tuple[float, ...], list[int], list[float])
 
@@ -253,7 +151,7 @@ class ServerConfig(_Section):
     @classmethod
     def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for host in value:
-            match = _HOST.fullmatch(host)
+            match = HOST.fullmatch(host)
             if host != "*" and (match is None or int(match["port"] or 0) > 65535):
                 raise ValueError(
                     f"{host!r} is not a host (a name or address as a Host header writes it,"
@@ -302,7 +200,7 @@ class UpstreamConfig(_Section):
     chat_continuation: Literal["vllm", "prefix", "none"] = Field(
         "vllm", description="how it continues an assistant prefix (failover policy continue)"
     )
-    headers: Annotated[dict[HeaderName, HeaderValue], Screen(_headers_problem)] = Field(
+    headers: Annotated[dict[HeaderName, HeaderValue], Screen(headers_problem)] = Field(
         default_factory=dict,
         description="sent with every request (values without CR, LF or NUL; never quoted)",
     )
@@ -322,7 +220,7 @@ class UpstreamConfig(_Section):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
+        if not NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
         return value
 
@@ -346,7 +244,7 @@ class UpstreamConfig(_Section):
     def _not_owned(cls, value: Any) -> Any:
         # The error does not quote ``headers`` (a mapping: its values may be keys).
         for name in value:
-            if name.lower() in _OWNED_HEADERS:
+            if name.lower() in OWNED_HEADERS:
                 raise ValueError(
                     f"{name!r} is set by the gateway (keys: api_key_env; framing and "
                     "connection headers: the HTTP client), not here"
@@ -380,7 +278,7 @@ class TenantConfig(_Section):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
+        if not NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it becomes a metric label)")
         return value
 
@@ -488,12 +386,12 @@ class LimitsConfig(_Section):
     """Bounds on what one request may cost."""
 
     max_body_bytes: Size = Field(
-        1_048_576, ge=1, le=_MOST_BYTES, description="larger request bodies get 413 (at most 1TiB)"
+        1_048_576, ge=1, le=MOST_BYTES, description="larger request bodies get 413 (at most 1TiB)"
     )
     buffer_bytes: Size = Field(
         262_144,
         ge=1024,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="upstream bytes held for a slow client before reading stops (at most 1TiB)",
     )
     buffer_events: int = Field(
@@ -502,7 +400,7 @@ class LimitsConfig(_Section):
     max_event_bytes: Size = Field(
         1_048_576,
         ge=1024,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="an upstream SSE event larger than this fails its stream (at most 1TiB)",
     )
     max_stream_events: int = Field(
@@ -516,7 +414,7 @@ class LimitsConfig(_Section):
     max_response_bytes: Size = Field(
         16_777_216,
         ge=1024,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="a larger non-streaming upstream answer is refused (at most 1TiB)",
     )
     max_model_labels: int = Field(
@@ -606,7 +504,7 @@ class GlassConfig(_Section):
 
     accept: bool = Field(False, description="take posts at /steadystream/glass")
     max_body_bytes: Size = Field(
-        1_048_576, ge=1024, le=_MOST_BYTES, description="larger posts get 413 (at most 1TiB)"
+        1_048_576, ge=1024, le=MOST_BYTES, description="larger posts get 413 (at most 1TiB)"
     )
     max_events: int = Field(
         20_000, ge=1, le=100_000_000, description="arrivals or frames per post (at most 1e8)"
@@ -631,13 +529,13 @@ class GlassConfig(_Section):
     client_bytes_per_s: Size = Field(
         524_288,
         ge=1,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="report bytes a second per client (tenant, or address; at most 1TiB)",
     )
     client_byte_burst: Size = Field(
         4_194_304,
         ge=1024,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="report bytes a client may send at once (at most 1TiB)",
     )
     max_clients: int = Field(
@@ -698,7 +596,7 @@ class ResumeConfig(_Section):
     max_stream_bytes: Size = Field(
         1_048_576,
         ge=1024,
-        le=_MOST_BYTES,
+        le=MOST_BYTES,
         description="events kept per stream; past it the stream goes on but cannot be resumed"
         " (at most 1TiB)",
     )
