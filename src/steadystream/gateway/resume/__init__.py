@@ -2,8 +2,9 @@
 
 Every event the gateway sends on a streamed route carries an SSE ``id:``; the events are kept
 (:mod:`.store`: in memory, or in Redis shared by workers and replicas, :mod:`.redis_store`
-and its writes, :mod:`.redis_writes`), so a reader who drops comes back (:mod:`.routes`)
-and gets every event after the last it saw, none twice. The generation runs on with no
+and its writes, :mod:`.redis_writes`), so a reader who drops comes back (:mod:`.routes`;
+one who then stops reading is cut, :mod:`.stuck`) and gets every event after the last it
+saw, none twice. The generation runs on with no
 reader for ``resume.grace`` (:mod:`.hub`).
 """
 

@@ -18,6 +18,7 @@ API shape (Messages' and the Responses API's ``error`` events, chat's error obje
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -29,6 +30,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from steadystream._api_errors import ApiError, ErrorShape, json_response
+from steadystream._clock import Clock
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.gateway.events import KEEPALIVE, SSE_HEADERS, ChunkFormat, encode_event
@@ -36,8 +38,10 @@ from steadystream.gateway.requests import error_shape, new_request_id
 from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
 from steadystream.gateway.resume.store import StreamInfo
+from steadystream.gateway.resume.stuck import StuckReader
 from steadystream.gateway.state import GatewayState
 from steadystream.gateway.translation.responses import error_event
+from steadystream.gateway.writers import unsent_bytes
 from steadystream.protocol import error_payload
 
 __all__ = [
@@ -163,8 +167,9 @@ async def serve_replay(
             log = hub.local.log(stream_id)
             if log is not None:  # (it has every event its readers got, running or not)
                 _check_sequence(_last_sequence_of(log.events, after), after, after_sequence)
-            elif info.ended is not None:  # (a shared store's: read to its end, to look)
-                events = await _past_sequence(source, after, after_sequence)
+            else:  # (a shared store's: read until it is reached, or the end, to look)
+                wait_ns = None if info.ended is not None else _JOIN_WAIT_NS
+                events = await _past_sequence(source, after, after_sequence, state.clock, wait_ns)
     except StreamGone as exc:
         await gone(exc, asked).response(shape=shape)(scope, receive, send)
         return
@@ -177,12 +182,21 @@ async def serve_replay(
         live.reader_came()
     state.metrics.resumes.labels(info.route, how).inc()
     done = False
+    link = None if state.client_link is None else state.client_link(scope, send)
+    transport = None if link is None else link.transport
+    stuck = StuckReader(state.clock, limits.stuck_timeout, lambda: unsent_bytes(transport))
 
     def answered() -> bool:
         return done
 
+    async def write(body: bytes, more: bool = True) -> None:
+        stuck.sending()
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+        stuck.sent()
+
     async def work() -> None:
         nonlocal done
+        stuck.watch()
         headers = [
             *SSE_HEADERS,
             (b"x-request-id", new_request_id().encode()),
@@ -212,11 +226,9 @@ async def serve_replay(
                         replayed = False
                     body = chunk
                 if body:
-                    async with asyncio.timeout(limits.stuck_timeout / 1e9):
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                    await write(body)
         except StreamGone as exc:  # dropped while it was read: say so, in the stream
-            body = _in_band_gone(exc, info.route, sequence + 1)
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await write(_in_band_gone(exc, info.route, sequence + 1))
         else:
             # A stream the gateway cut (DELETE, the grace, a stuck client) has no end of its
             # own in its events: without a word the reader would take the partial for whole.
@@ -224,16 +236,22 @@ async def serve_replay(
             why = None if ended is None else CANCELLED_ENDS.get(ended.ended or "")
             if why is not None:
                 message = f"the stream was cancelled: {why}"
-                body = _in_band_error(message, "stream_cancelled", info.route, sequence + 1)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await write(_in_band_error(message, "stream_cancelled", info.route, sequence + 1))
         done = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await write(b"", more=False)
 
     try:
         await run_until_disconnect(work(), receive, state.clock, answered=answered)
-    except TimeoutError:
-        state.log.info("stream %s: a resumed reader read nothing; cut", stream_id)
+        if stuck.cut:
+            state.log.info("stream %s: a resumed reader read nothing; cut", stream_id)
+            if transport is not None and not transport.is_closing():
+                # (closed, the server would first flush what the reader does not read);
+                # and the server sees it go before this returns, as the relay's cut does
+                transport.abort()
+                for _ in range(3):
+                    await asyncio.sleep(0)
     finally:
+        stuck.stop()
         await _close(source)
         if live is not None and not live.reader_left() and live.running:
             live.stop()
@@ -245,27 +263,79 @@ async def _close(events: AsyncIterator[bytes | None]) -> None:
         await close()
 
 
+def _no_sequence(sequence: int) -> StreamGone:
+    return StreamGone("unknown", f"the stream has sent no sequence_number {sequence}")
+
+
 def _check_sequence(last: int, after: int, sequence: int) -> None:
     """:class:`StreamGone` (unknown) when ``starting_after`` ``sequence`` is past ``last``,
     the ``sequence_number`` of the last event after event ``after`` (-1: none), as a
     ``Last-Event-ID`` past a stream's events is. With no event after ``after`` the reader's
     own ``Last-Event-ID`` says it read them all: it waits for more, or the end."""
     if last < sequence and (last >= 0 or after == 0):
-        raise StreamGone("unknown", f"the stream has sent no sequence_number {sequence}")
+        raise _no_sequence(sequence)
 
 
 async def _past_sequence(
-    events: AsyncIterator[bytes | None], after: int, sequence: int
+    events: AsyncIterator[bytes | None],
+    after: int,
+    sequence: int,
+    clock: Clock,
+    wait_ns: int | None,
 ) -> AsyncIterator[bytes | None]:
-    """An ended stream's events after event ``after``, read now to look
-    (:func:`_check_sequence`), to be sent as read."""
-    ended = [chunk async for chunk in events]
-    _check_sequence(_last_sequence_of([c for c in ended if c], 0), after, sequence)
-    return _replayed(ended)
+    """The events after event ``after`` of a stream another process keeps, read now until
+    one reaches ``sequence`` or the stream ends (:func:`_check_sequence`), then to be sent as
+    read. A running stream (``wait_ns`` not None) that has sent events after ``after`` but
+    none that reaches ``sequence`` within ``wait_ns`` is :class:`StreamGone` (unknown), as a
+    ``Last-Event-ID`` ahead of it is (redis_store's ``_caught_up``): waited for, the reader
+    would hold the generation past its grace with nothing ever sent to it. With nothing
+    after ``after`` yet, the reader's own ``Last-Event-ID`` says it read them all: it waits
+    for more, or the end."""
+    read: list[bytes | None] = []
+    last = -1
+    deadline = None if wait_ns is None else clock.now_ns() + wait_ns
+    while True:
+        pending = asyncio.ensure_future(anext(events))
+        if deadline is not None and not pending.done():
+            timer = asyncio.ensure_future(clock.sleep_until(deadline))
+            try:
+                await asyncio.wait({pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+            if not pending.done():  # (the deadline passed first)
+                if last >= 0 or after == 0:
+                    pending.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await pending
+                    raise _no_sequence(sequence)
+                return _replayed(read, pending, events)
+        try:
+            chunk = await pending
+        except StopAsyncIteration:  # (the end)
+            _check_sequence(last, after, sequence)
+            return _replayed(read, None, events)
+        read.append(chunk)
+        if chunk:
+            last = max(last, _last_sequence(chunk))
+            if last >= sequence:
+                return _replayed(read, None, events)
 
 
-async def _replayed(chunks: list[bytes | None]) -> AsyncIterator[bytes | None]:
+async def _replayed(
+    chunks: list[bytes | None],
+    pending: asyncio.Future[bytes | None] | None,
+    events: AsyncIterator[bytes | None],
+) -> AsyncIterator[bytes | None]:
+    """``chunks``, then what ``pending`` (a read of ``events`` under way) gives, then the rest
+    of ``events``."""
     for chunk in chunks:
+        yield chunk
+    if pending is not None:
+        try:
+            yield await pending
+        except StopAsyncIteration:
+            return
+    async for chunk in events:
         yield chunk
 
 
