@@ -61,7 +61,8 @@ from steadystream.stamped.tls import TlsSession, default_context
 __all__ = ["BodySink", "StampedConnection"]
 
 READ_SIZE = 1 << 16
-_HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept
+_HEAD_LIMIT = 64 * 1024  # bytes of status line and headers we accept (and of trailer fields)
+_HEAD_FRAME = len(b"HTTP/1.1 200 \r\n\r\n")  # a head's bytes besides its reason and headers
 _EARLY_LIMIT = 1 << 20  # body bytes held between the head and the caller's sink
 _RESCUE_BACKLOG = 64  # reads the rescuer may queue for a stalled loop (64 KiB each at most)
 
@@ -142,8 +143,11 @@ class StampedConnection:
         self._hung_up = False  # the socket broke: read to its end by the loop, uncalled
         self._closed = False
         self._stamp = 0
-        self._head_bytes = 0
-        self._head_read = 0  # bytes fed to the parser before the head was complete
+        self._head_bytes = 0  # of the heads so far (interim ones too), as the parser gave them
+        # Bytes fed to the parser while it may hold a line of them (httptools keeps a header
+        # line, and the status line, until its end): before the head, and from the last
+        # chunk's size line to the trailer fields' end. -1 while the body comes.
+        self._head_read = 0
         self._headers: dict[str, str] = {}
         self._header_name = b""
         self._head: ResponseHead | None = None
@@ -514,15 +518,15 @@ class StampedConnection:
             try:
                 if tls is not None:
                     data = tls.decrypt(data)
-                parser.feed_data(data)
-                if self._head is None:
-                    # httptools holds a header line until it ends, and a status line has
-                    # no callback here: a head that never ends is cut off by its size.
+                if self._head_read >= 0:
                     self._head_read += len(data)
-                    if self._head_read > _HEAD_LIMIT:
-                        raise ProtocolError(
-                            f"the response headers are larger than {_HEAD_LIMIT} bytes"
-                        )
+                parser.feed_data(data)
+                if self._head_read > _HEAD_LIMIT:
+                    # A line that never ends (the status line, a header, a trailer field)
+                    # is cut off by its size: httptools would hold it all, copied anew on
+                    # each read.
+                    what = "headers" if self._head is None else "trailer fields"
+                    raise ProtocolError(f"the response {what} are larger than {_HEAD_LIMIT} bytes")
             except (
                 httptools.HttpParserError,
                 httptools.HttpParserUpgrade,
@@ -584,12 +588,14 @@ class StampedConnection:
 
     # -- httptools callbacks -------------------------------------------------------------
 
+    def on_status(self, reason: bytes) -> None:
+        if self._head is None:
+            self._count_head(len(reason))
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._complete:
-            return
-        self._head_bytes += len(name) + len(value) + 4
-        if self._head_bytes > _HEAD_LIMIT:
-            raise ProtocolError(f"the response headers are larger than {_HEAD_LIMIT} bytes")
+        if self._head is not None:
+            return  # trailer fields after the last chunk (or a second answer's): not the head's
+        self._count_head(len(name) + len(value) + 4)
         if name:
             self._header_name = name
         key = self._header_name.decode("latin-1").lower()
@@ -599,6 +605,7 @@ class StampedConnection:
     def on_headers_complete(self) -> None:
         if self._complete:
             return  # bytes after the response are not a second one
+        self._count_head(_HEAD_FRAME)
         parser = self._parser
         assert parser is not None  # called back by it, from drain()
         status = parser.get_status_code()
@@ -608,13 +615,24 @@ class StampedConnection:
             self._headers = {}
             return
         headers = self._headers
-        self._framed = (
-            "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
-        )
+        # Chunked as llhttp reads it: the last coding of the last Transfer-Encoding line is
+        # "chunked". Any other ("xchunked", "chunked, identity") leaves the body to the close.
+        coding = headers.get("transfer-encoding", "").rpartition(",")[2].lstrip(" \t").rstrip(" ")
+        self._framed = "content-length" in headers or coding.lower() == "chunked"
         reason = phrase(status)
         self._head = ResponseHead(status, reason, headers, self._stamp)
+        self._head_read = -1
+
+    def _count_head(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > _HEAD_LIMIT:
+            raise ProtocolError(f"the response headers are larger than {_HEAD_LIMIT} bytes")
+
+    def on_chunk_header(self) -> None:
+        self._head_read = 0  # the last chunk's trailer fields may follow: counted till body
 
     def on_body(self, body: bytes) -> None:
+        self._head_read = -1
         if self._stopped or self._complete:
             return
         sink = self._sink
