@@ -110,6 +110,8 @@ def timeline_files(paths: Iterable[PathLike], notes: list[str] | None = None) ->
             inside = [path]
         elif path.exists():
             raise InputError(f"{path}: not a regular file or a folder")
+        elif path.is_symlink():
+            raise InputError(f"{path}: a link to nothing (its target is gone, or the links loop)")
         else:
             raise InputError(f"{path}: no such file or folder")
         for p in inside:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Annotated
 
 import typer
@@ -11,6 +12,11 @@ from steadystream._options import FileFormat, JsonOutput, TimelineFiles, Worst
 from steadystream.cli import app
 from steadystream.cli._groups import FilesOnRay, MetricSettings
 from steadystream.cli._models import model_options
+
+MAX_BY_GROUPS = 100
+"""The most groups ``--by`` breaks a fleet into: each is a column of the table, and costs a
+pass over the run (a label with a value per stream would take hours, and print a table no
+one can read)."""
 
 
 @app.command()
@@ -74,6 +80,7 @@ def analyze(
                 attribute=not no_explain,
             )
             assert on_ray.tables is not None  # asked for with config
+            _check_groups(on_ray.tables.table.labels, by)
             summary = summarise_table(
                 on_ray.tables.table,
                 config,
@@ -86,6 +93,7 @@ def analyze(
         else:
             fmt = None if file_format == "auto" else file_format
             timelines, numbers, notes = load_files(paths, format=fmt)
+            _check_groups((t.labels for t in timelines), by)
             # (Only the stalls' causes read the engine's metrics: without them, a sidecar
             # that cannot be read stops nothing.)
             engine = None if no_explain else read_engine_beside(paths, None, notes)
@@ -107,3 +115,18 @@ def analyze(
         typer.echo(_render.to_json(summary))
     else:
         _render.print_summary(summary)
+
+
+def _check_groups(labels: Iterable[Mapping[str, str]], by: str | None) -> None:
+    """Refuse a ``--by`` label with more values than :data:`MAX_BY_GROUPS`."""
+    if by is None:
+        return
+    values = {label.get(by, "") for label in labels}
+    if len(values) > MAX_BY_GROUPS:
+        from steadystream._exceptions import InputError
+
+        raise InputError(
+            f"--by {by}: the streams hold {len(values):,} values of {by}; --by breaks the fleet"
+            f" into at most {MAX_BY_GROUPS} groups (the fleet's ttft_by shows TTFT for the"
+            f" {MAX_BY_GROUPS} values with the most streams)"
+        )

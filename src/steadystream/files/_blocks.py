@@ -24,6 +24,7 @@ __all__ = [
     "COUNT_FIELDS",
     "EVENT_LISTS",
     "INT32_MAX",
+    "TIME_LIMIT_NS",
     "array_fault",
     "assemble",
     "concat",
@@ -36,6 +37,10 @@ COUNT_FIELDS = ("tokens", "wire_bytes", "text_bytes")
 """The int32 event arrays, besides ``times`` and ``kinds``."""
 
 INT32_MAX = 2**31 - 1
+TIME_LIMIT_NS = 2**63 - SKEW_NS
+"""Times in files stay below this: a gap from the earliest time a reader takes (``-SKEW_NS``)
+to any later one then fits in int64, as the metrics take it (2**63 - 1 after a time of -1 ms
+would wrap to a negative gap)."""
 _EMPTY_INT64 = np.empty(0, dtype=np.int64)
 
 # Kind value -> ASCII letter (writing) and ASCII byte -> kind value, 255 for unknown (reading).
@@ -158,6 +163,18 @@ def array_fault(
             (
                 f"times must not be negative (they count from the request sent): "
                 f"event {event} at {times[at]} ns"
+            ),
+        )
+    if times.size and times.max() >= TIME_LIMIT_NS:
+        at = int(np.argmax(times >= TIME_LIMIT_NS))
+        stream = int(np.searchsorted(ends, at, side="right"))
+        event = at - (int(ends[stream]) - lengths[stream])
+        return (
+            stream,
+            "times",
+            (
+                f"times must be below 2**63 - {SKEW_NS} ns (so that every gap fits in 64 bits):"
+                f" event {event} at {times[at]} ns"
             ),
         )
     for name, array in counts.items():

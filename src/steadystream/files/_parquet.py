@@ -29,6 +29,10 @@ __all__ = ["read_parquet", "write_parquet"]
 _SCHEMA_KEY = b"steadystream.schema"
 _ROWS_PER_BATCH = 65536
 _EVENTS_PER_BATCH = 1 << 24  # list offsets are int32; this also bounds memory per batch
+MAX_GROUP_EVENTS = 1 << 25
+"""The most events a reader takes in one row group, by the file's footer: about what a JSONL
+line of 256 MiB can hold. A file of a few kilobytes can encode a billion equal times, which
+would take gigabytes to read."""
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _COLUMNS: dict[str, pa.DataType] = {
@@ -155,6 +159,7 @@ def read_parquet(path: str) -> list[Timeline]:
                 raise TimelineFormatError(
                     f"missing required column {column!r}", path=path, field=column
                 )
+        _check_sizes(file.metadata, path)
         columns = [c for c in _COLUMNS if c in schema.names]  # other columns are ignored
         timelines: list[Timeline] = []
         try:
@@ -167,6 +172,23 @@ def read_parquet(path: str) -> list[Timeline]:
             detail = " ".join(printable.split())
             raise TimelineFormatError(f"damaged Parquet data ({detail})", path=path) from exc
     return timelines
+
+
+def _check_sizes(metadata: pq.FileMetaData, path: str) -> None:
+    """Refuse a row group whose ``times`` hold more events than :data:`MAX_GROUP_EVENTS`."""
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            if chunk.path_in_schema.partition(".")[0] != "times":
+                continue
+            if chunk.num_values > MAX_GROUP_EVENTS:
+                raise TimelineFormatError(
+                    f"row group {group} holds {chunk.num_values:,} events, more than the"
+                    f" {MAX_GROUP_EVENTS:,} a reader takes at once; not a timeline file",
+                    path=path,
+                    field="times",
+                )
 
 
 def _timelines(batch: pa.RecordBatch, path: str, first_row: int) -> list[Timeline]:
@@ -214,12 +236,47 @@ def _cast(array: pa.Array, name: str, path: str) -> pa.Array:
     expected = _COLUMNS[name]
     if array.type == expected:
         return array
+    wrong = TimelineFormatError(
+        f"column {name} has type {array.type}, expected {expected}", path=path, field=name
+    )
+    if not _castable(array.type, expected):
+        # Arrow would parse strings as numbers, and cast 2.0 to 2 or 5 to "5": JSONL refuses
+        # each of these values, and so does a Parquet file.
+        raise wrong
     try:
         return array.cast(expected)  # safe: fails on overflow or lost precision
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise TimelineFormatError(
-            f"column {name} has type {array.type}, expected {expected}", path=path, field=name
-        ) from exc
+        raise wrong from exc
+
+
+def _castable(given: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether ``given`` holds values of the kind ``expected`` does: integers for integers,
+    numbers for a float, text for text, lists and maps of those (nulls for anything)."""
+    types = pa.types
+    if types.is_dictionary(given):
+        given = given.value_type
+    if types.is_null(given):
+        same = True
+    elif types.is_integer(expected):
+        same = types.is_integer(given)
+    elif types.is_floating(expected):
+        same = types.is_floating(given) or types.is_integer(given)
+    elif types.is_string(expected):
+        same = types.is_string(given) or types.is_large_string(given)
+    elif types.is_map(expected):
+        same = (
+            types.is_map(given)
+            and _castable(given.key_type, expected.key_type)
+            and _castable(given.item_type, expected.item_type)
+        )
+    elif types.is_list(expected):
+        lists = types.is_list(given) or types.is_large_list(given)
+        same = (lists or types.is_fixed_size_list(given)) and _castable(
+            given.value_type, expected.value_type
+        )
+    else:
+        same = False
+    return bool(same)
 
 
 def _list_column(

@@ -323,6 +323,8 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
     if started_at is not None:
         if type(started_at) is not float and type(started_at) is not int:
             _fail_type(started_at, "started_at", "a number of seconds or null", path, line)
+        if not math.isfinite(started_at):  # (JSON has none; a Parquet double can be NaN)
+            _fail("started_at must be a finite number of seconds", path, line, "started_at")
         fields["started_at"] = float(started_at)
     for key in ("header_ns", "first_byte_ns", "end_ns"):
         value = get(key)

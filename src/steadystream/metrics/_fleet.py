@@ -18,6 +18,8 @@ from steadystream.timeline import Timeline
 __all__ = ["LABEL_DIMENSIONS", "FleetMetrics", "fleet_metrics", "good_streams", "worst_streams"]
 
 LABEL_DIMENSIONS = ("model", "route", "tenant")
+MAX_TTFT_GROUPS = 100
+"""Values of one label that ``ttft_by`` breaks TTFT down by; the rest are pooled as one."""
 
 # A stream that broke off did not give its reader what they asked for, however smooth it was.
 _FAILED = frozenset({Outcome.ERROR, Outcome.TRUNCATED, Outcome.CLIENT_STUCK})
@@ -167,20 +169,38 @@ def worst_streams(table: StreamTable, count: int = 10) -> list[int]:
 
 
 def _ttft_by_label(table: StreamTable) -> dict[str, dict[str, TtftGroup]]:
+    """TTFT percentiles per value of each label dimension, in name order.
+
+    One sort per dimension, not a pass over the run per value: a label with a value per
+    stream (a request id put in ``tenant``) costs what one value does. At most
+    :data:`MAX_TTFT_GROUPS` values are kept, those with the most streams; the rest are
+    pooled in one group named ``(N other values)``.
+    """
     ttft = table.column("ttft_s")
     result: dict[str, dict[str, TtftGroup]] = {}
     for dimension in LABEL_DIMENSIONS:
         values = np.array([labels.get(dimension, "") for labels in table.labels], dtype=object)
-        present = sorted({v for v in values.tolist() if v})
+        names, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+        present = [i for i, name in enumerate(names.tolist()) if name]
         if not present:
             continue
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        kept = sorted(present, key=lambda i: -counts[i])[:MAX_TTFT_GROUPS]
         groups: dict[str, TtftGroup] = {}
-        for value in present:
-            member = ttft[values == value]
-            p50, p95, p99 = _percentiles(member, (50, 95, 99))
-            groups[value] = TtftGroup(len(member), p50, p95, p99)
+        for i in sorted(kept):
+            groups[names[i]] = _ttft_group(ttft[order[bounds[i] : bounds[i + 1]]])
+        others = sorted(set(present) - set(kept))
+        if others:
+            rest = np.concatenate([order[bounds[i] : bounds[i + 1]] for i in others])
+            groups[f"({len(others):,} other values)"] = _ttft_group(ttft[rest])
         result[dimension] = groups
     return result
+
+
+def _ttft_group(member: npt.NDArray[np.float64]) -> TtftGroup:
+    p50, p95, p99 = _percentiles(member, (50, 95, 99))
+    return TtftGroup(len(member), p50, p95, p99)
 
 
 def _percentiles(values: npt.NDArray[np.float64], qs: Sequence[float]) -> list[float | None]:
