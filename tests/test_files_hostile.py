@@ -312,3 +312,13 @@ def test_a_byte_order_mark_is_refused_at_line_one(tmp_path: Path) -> None:
     message = _one_line_error(_analyze(str(path)))
     assert "bom.jsonl:1:" in message
     assert "byte order mark" in message
+
+
+def test_a_usage_count_a_writer_refuses_is_not_read_either(tmp_path: Path) -> None:
+    # The reader took counts up to 2**64 - 1, which no writer could write back.
+    path = tmp_path / "usage.jsonl"
+    path.write_text(json.dumps({**_BASE, "usage": {"completion_tokens": 2**63}}) + "\n")
+    with pytest.raises(TimelineFormatError, match=r"integers from 0 to 2\*\*63 - 1"):
+        read_jsonl(path)
+    path.write_text(json.dumps({**_BASE, "usage": {"completion_tokens": 2**63 - 1}}) + "\n")
+    assert read_jsonl(path).timelines[0].usage == {"completion_tokens": 2**63 - 1}

@@ -346,7 +346,9 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
         fields["labels"] = labels
     usage = get("usage")
     if usage is not None and not _is_int_map(usage):
-        _fail("usage must be an object of integers from 0, or null", path, line, "usage")
+        _fail(
+            "usage must be an object of integers from 0 to 2**63 - 1, or null", path, line, "usage"
+        )
     fields["usage"] = usage
     texts = get("texts")
     if texts is not None:
@@ -419,8 +421,14 @@ def _is_str_map(value: Any) -> bool:
 
 
 def _is_int_map(value: Any) -> bool:
-    """An object of counts: integers from 0 (a usage)."""
-    return type(value) is dict and all(type(v) is int and v >= 0 for v in value.values())
+    """An object of counts: integers from 0 (a usage), below 2**63 as the writers hold them
+    (a count a writer refuses is not read either: every file read writes back)."""
+    return type(value) is dict and all(
+        type(v) is int and 0 <= v < _COUNT_LIMIT for v in value.values()
+    )
+
+
+_COUNT_LIMIT = 2**63
 
 
 def _fail(message: str, path: str, line: int | None, field: str | None) -> NoReturn:
