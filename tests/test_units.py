@@ -39,7 +39,7 @@ def test_format_duration() -> None:
 @pytest.mark.parametrize("text", ["9" * 5000, "9" * 20 + "GiB", "9223372036854775808"])
 def test_a_size_past_what_is_held_is_a_spec_error_naming_it(text: str) -> None:
     # 5,000 digits was int()'s own ValueError (its 4,300-digit limit): a traceback.
-    with pytest.raises(SpecError, match="limits.buffer_bytes: .* is larger than the largest"):
+    with pytest.raises(SpecError, match=r"limits\.buffer_bytes: .* is larger than the largest"):
         parse_size(text, name="limits.buffer_bytes")
 
 
