@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -52,8 +53,6 @@ def explain(
 
     With the OTEL_* environment set (OTEL_EXPORTER_OTLP_ENDPOINT), stall time by cause also
     goes out over OTLP as the counter steadystream.stall.time."""
-    import os
-
     from steadystream.analysis import timeline_files
     from steadystream.attribution import explain as attribute
     from steadystream.attribution import score
@@ -70,6 +69,10 @@ def explain(
     with exit_on_error():
         path_notes: list[str] = []
         paths = timeline_files(files, path_notes)
+        if prometheus is not None:
+            _not_an_input(
+                prometheus, [*paths, *truth, *([engine_metrics] if engine_metrics else [])]
+            )
         if ray.on_ray:
             from steadystream.explanations import explain_files
 
@@ -108,6 +111,22 @@ def explain(
         typer.echo(_explain_view.to_json(explanation, scored, notes))
     else:
         _explain_view.print_explanation(explanation, scored, notes, stalls=stalls)
+
+
+def _not_an_input(prometheus: Path, inputs: list[Path]) -> None:
+    """Refuse a ``--prometheus`` file that is one of the files read: it would be replaced."""
+    from steadystream._exceptions import InputError
+    from steadystream.engine_metrics import sidecar_path
+
+    if not prometheus.is_file():
+        return
+    for path in [*inputs, *(sidecar_path(p) for p in inputs[:1])]:
+        try:
+            same = os.path.samefile(prometheus, path)
+        except OSError:  # (not there: reading it says so)
+            continue
+        if same:
+            raise InputError(f"--prometheus: {str(prometheus)!r} is a file explain reads")
 
 
 def _export(

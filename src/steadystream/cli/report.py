@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -72,9 +73,14 @@ def report(
                 f"{output} exists: name another file with -o FILE, or overwrite it with --force",
                 param_hint="--output",
             )
-    problem = _unwritable(output)
+    problem = _unwritable(output, [*files, *baseline])
     if problem is not None:  # (said before the inputs are read: they may take a while)
         raise typer.BadParameter(f"{output}: {problem}", param_hint="--output")
+    if images is not None and images.exists() and not images.is_dir():
+        raise typer.BadParameter(
+            f"{images}: not a folder; name the folder to write the images in",
+            param_hint="--images",
+        )
     config = metrics.metric_config()
     with exit_on_error():
         fmt = None if file_format == "auto" else file_format
@@ -114,12 +120,22 @@ def report(
         if images is not None:
             from steadystream.report.images import write_images
 
-            written = write_images(built, images)
+            try:
+                written = write_images(built, images)
+            except OSError as exc:  # (the report is written; the images could not be)
+                raise InputError(
+                    f"--images: cannot write in {images}: {exc.strerror or exc}"
+                ) from exc
             typer.echo(f"wrote {len(written)} images to {images}")
 
 
-def _unwritable(output: Path) -> str | None:
+def _unwritable(output: Path, inputs: list[Path]) -> str | None:
     """Why the report cannot be written to ``output``, or None."""
+    from steadystream.engine_metrics import sidecar_path
+
+    read = [*inputs, *(sidecar_path(p) for p in inputs[:1])]  # (the engine metrics beside)
+    if output.is_file() and any(_same_file(output, p) for p in read):
+        return "that is a file the report reads; name another file"
     if output.is_dir():
         return "a folder; name the report's file"
     if output.exists() and not output.is_file():
@@ -127,3 +143,10 @@ def _unwritable(output: Path) -> str | None:
     if not output.parent.is_dir():
         return f"its folder {output.parent} does not exist"
     return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (b missing: reading it will say so)
+        return False

@@ -192,7 +192,7 @@ def _charts(
         )
     stalls = stall_map(timelines, table)
     stall_figure = charts.stall_map_figure(stalls, threshold)
-    caused = add_causes(stall_figure, stalls, explanation)
+    caused, uncoloured = add_causes(stall_figure, stalls, explanation)
     traces = [data.stream_trace(timelines[i]) for i in worst_streams(table, WORST_STREAMS)]
     per_chunk = data.histogram(table.column("tokens_per_chunk"))
     overhead = data.histogram(table.column("envelope_overhead"))
@@ -220,7 +220,7 @@ def _charts(
             "stall-map",
             "Stall map",
             stalls.summary,
-            _stall_map_reading(stalls.grid is None, threshold_text, caused),
+            _stall_map_reading(stalls.grid is None, threshold_text, caused, uncoloured),
             stall_figure,
         ),
         Chart(
@@ -267,7 +267,7 @@ def _chunks_reading(rechunked: bool) -> str:
     )
 
 
-def _stall_map_reading(bars: bool, threshold: str, caused: int = 0) -> str:
+def _stall_map_reading(bars: bool, threshold: str, caused: int = 0, uncoloured: int = 0) -> str:
     if bars:
         what = "each bar a gap, coloured by its size"
         wait = " Grey is the wait for the first token."
@@ -279,8 +279,10 @@ def _stall_map_reading(bars: bool, threshold: str, caused: int = 0) -> str:
         " is a stall that hit many streams at once; red scattered across rows is per-stream"
         f" trouble.{wait}"
         + (
-            f" The {caused} stalls shown carry a narrow bar in their cause's colour (legend);"
-            " hover for the evidence (steadystream explain)."
+            f" The {caused:,} {'longest ' if uncoloured else ''}stalls shown carry a narrow"
+            " bar in their cause's colour (legend); hover for the evidence (steadystream"
+            " explain)."
+            + (f" The {uncoloured:,} shorter ones are not coloured." if uncoloured else "")
             if caused
             else ""
         )
@@ -329,11 +331,8 @@ def _describe(
     ]
     starts = [t.started_at for t in timelines if t.started_at is not None]
     if starts:
-        first = dt.datetime.fromtimestamp(min(starts), tz=dt.UTC)
         ends = [t.started_at + _duration_s(t) for t in timelines if t.started_at is not None]
-        lines.append(
-            f"Started {first:%Y-%m-%d %H:%M:%S} UTC, spanning {max(ends) - min(starts):,.1f} s."
-        )
+        lines.append(f"Started {_utc(min(starts))}, spanning {max(ends) - min(starts):,.1f} s.")
     outcomes = ", ".join(f"{k} {v:,}" for k, v in sorted(fleet.outcomes.items()))
     sources_used = ", ".join(f"{k} {v:,}" for k, v in sorted(fleet.token_sources.items()))
     lines.append(f"Outcomes: {outcomes or '—'}. Token counts: {sources_used or '—'}.")
@@ -345,6 +344,14 @@ def _describe(
     lines.append(f"{cfg.describe_models()}.")
     lines.extend(notes)
     return lines
+
+
+def _utc(unix_s: float) -> str:
+    """A wall-clock start as a UTC date, or as the number a file gave outside the calendar."""
+    try:
+        return f"{dt.datetime.fromtimestamp(unix_s, tz=dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    except (OverflowError, ValueError, OSError):  # (year 10000 on, or before year 1)
+        return f"at unix time {unix_s:g} s (not a date)"
 
 
 def _duration_s(timeline: Timeline) -> float:

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from steadystream._units import format_duration
+from steadystream.report._text import chart_labels, chart_text
 from steadystream.report.data import Cdf, Histogram, ItlBand, StreamTrace, TtftBars
 from steadystream.report.stall_map import GapBars, GapGrid, StallMap
 
@@ -263,7 +264,7 @@ def _map_bars(
     gap_ms = _ms(bars.length_s)
     cause = bars.cause if bars.cause is not None else [None] * len(gap_ms)
     custom = [
-        [round(float(g), 1), p, c or "—"]
+        [round(float(g), 1), p, _cause(c)]
         for g, p, c in zip(gap_ms.tolist(), bars.position.tolist(), cause, strict=True)
     ]
     hover = "%{y}<br>gap %{customdata[0]} ms, after token %{customdata[1]}"
@@ -309,7 +310,7 @@ def _map_grid(
     positions = grid.position.tolist()
     if grid.cause is not None:
         custom: list[list[Any]] = [
-            [[p, c or "—"] for p, c in zip(prow, crow, strict=True)]
+            [[p, _cause(c)] for p, c in zip(prow, crow, strict=True)]
             for prow, crow in zip(positions, grid.cause, strict=True)
         ]
         hover = "%{y}, %{x:.2f} s<br>worst gap %{z:.0f} ms, after token %{customdata[0]}"
@@ -334,6 +335,11 @@ def _map_grid(
     fig.update_layout(showlegend=False)
 
 
+def _cause(cause: str | None) -> str:
+    """A gap's cause for its hover text (a timeline's annotation: any text)."""
+    return "—" if cause is None else chart_text(cause)
+
+
 def worst_figure(traces: Sequence[StreamTrace], threshold_s: float) -> Figure:
     """Tokens delivered over time for the worst streams: a stall is a flat stretch, in red."""
     fig = _base(go.Figure(), 460)
@@ -348,12 +354,12 @@ def worst_figure(traces: Sequence[StreamTrace], threshold_s: float) -> Figure:
             go.Scatter(
                 x=trace.times_s.astype(np.float32),
                 y=trace.tokens,
-                name=trace.stream_id,
+                name=chart_text(trace.stream_id),
                 mode="lines",
                 line_shape="hv",
                 line={"width": 1.5},
                 customdata=[
-                    ["—" if np.isnan(g) else f"{g:.1f} ms", c or "—"]
+                    ["—" if np.isnan(g) else f"{g:.1f} ms", _cause(c)]
                     for g, c in zip(gap_ms.tolist(), causes, strict=True)
                 ],
                 hovertemplate="%{fullData.name}<br>%{x:.3f} s: %{y} tokens"
@@ -423,6 +429,7 @@ def chunks_figure(tokens_per_chunk: Histogram, overhead: Histogram) -> Figure:
 def ttft_figure(bars: TtftBars, target_s: float) -> Figure:
     """TTFT percentiles by model, route and tenant, against the TTFT target."""
     fig = _base(go.Figure(), 400)
+    groups = chart_labels(bars.groups)  # (label values come from the run)
     for name, values, colour in (
         ("p50", bars.p50_s, P50),
         ("p95", bars.p95_s, P95),
@@ -430,7 +437,7 @@ def ttft_figure(bars: TtftBars, target_s: float) -> Figure:
     ):
         fig.add_trace(
             go.Bar(
-                x=bars.groups,
+                x=groups,
                 y=[None if v is None else v * 1000 for v in values],
                 name=f"TTFT {name}",
                 marker={"color": colour},

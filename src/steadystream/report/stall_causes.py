@@ -7,9 +7,13 @@ from __future__ import annotations
 from plotly.graph_objects import Bar, Figure
 
 from steadystream.attribution import ATTRIBUTABLE, Explanation
+from steadystream.report._text import chart_text
 from steadystream.report.stall_map import StallMap
 
-__all__ = ["CAUSE_COLOURS", "add_causes"]
+__all__ = ["CAUSE_COLOURS", "MAX_STALLS", "add_causes"]
+
+MAX_STALLS = 2_000
+"""The most stalls the map draws in their causes' colours (the longest, where there are more)."""
 
 # One hue per cause, told apart in print and by most colour-blind readers (Okabe-Ito order).
 CAUSE_COLOURS = dict(
@@ -31,14 +35,27 @@ CAUSE_COLOURS = dict(
 )
 
 
-def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> int:
-    """Overlay the stalls of the rows shown, one legend entry per cause; returns how many."""
+def add_causes(
+    fig: Figure, stall_map: StallMap, explanation: Explanation, *, max_stalls: int = MAX_STALLS
+) -> tuple[int, int]:
+    """Overlay the stalls of the rows shown, one legend entry per cause: the ``max_stalls``
+    longest where there are more. Returns how many it drew, and how many it left out for
+    that bound."""
     rows = set(stall_map.rows)
     by_cause: dict[str, list[tuple[str, float, float, str]]] = {}
+    # A stall of a stream not shown (sampled out, or shown under a vantage-point suffix) is
+    # left out; the rows are labelled as chart_text labels the stall's stream.
+    in_rows = [
+        (stall, label)
+        for stall in explanation.stalls
+        if (label := chart_text(stall.stream_id)) in rows
+    ]
+    left_out = max(0, len(in_rows) - max_stalls)
+    if left_out:  # one bar and one hover text each: the page stays small
+        longest = sorted(range(len(in_rows)), key=lambda i: -in_rows[i][0].duration_s)
+        in_rows = [in_rows[i] for i in sorted(longest[:max_stalls])]
     shown = 0
-    for stall in explanation.stalls:
-        if stall.stream_id not in rows:
-            continue  # not shown (sampled out), or shown under a vantage-point suffix
+    for stall, label in in_rows:
         if stall_map.clock == "wall":
             if stall.started_at is None or stall_map.origin is None:
                 continue
@@ -49,18 +66,18 @@ def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> in
             f"<b>{p.cause}</b> {p.fraction:.0%} ({p.confidence:.0%} sure)" for p in stall.parts
         )
         hover = (
-            f"{stall.stream_id}: {stall.duration_s * 1000:.0f} ms stall"
+            f"{label}: {stall.duration_s * 1000:.0f} ms stall"
             f"{' before the first token' if stall.first_token else ''}<br>"
-            f"{causes}<br>" + "<br>".join(_wrap(stall.evidence))
+            f"{causes}<br>" + "<br>".join(chart_text(line, 200) for line in _wrap(stall.evidence))
         )
         # A stall split among causes: one bar per share, end to end, each in its colour.
         shown += 1
         for part in stall.parts:
             length = stall.duration_s * part.fraction
-            by_cause.setdefault(part.cause, []).append((stall.stream_id, start, length, hover))
+            by_cause.setdefault(part.cause, []).append((label, start, length, hover))
             start += length
     if not by_cause:
-        return 0
+        return 0, left_out
     fig.update_traces(showlegend=False)
     for cause in ATTRIBUTABLE:
         stalls = by_cause.get(cause)
@@ -81,7 +98,7 @@ def add_causes(fig: Figure, stall_map: StallMap, explanation: Explanation) -> in
             )
         )
     fig.update_layout(showlegend=True, legend={"title": {"text": "stall cause"}})
-    return shown
+    return shown, left_out
 
 
 def _wrap(text: str, width: int = 90) -> list[str]:

@@ -9,7 +9,6 @@ gap that covered it. :attr:`StallMap.summary` says what was left out, for the su
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream.metrics import StreamTable, worst_streams
+from steadystream.report._text import chart_labels
 from steadystream.timeline import Timeline
 
 __all__ = ["GapBars", "GapGrid", "StallMap", "stall_map"]
@@ -58,7 +58,9 @@ class GapGrid:
 
 @dataclass(frozen=True, slots=True)
 class StallMap:
-    rows: list[str]  # stream ids, top to bottom: by start (wall clock), else worst first
+    # stream ids as a chart shows them (report._text.chart_labels), top to bottom: by start
+    # (wall clock), else worst first
+    rows: list[str]
     clock: str  # "wall": seconds since the run's first request; "request": since each request
     origin: float | None  # with the wall clock: the run's first request (unix seconds)
     streams: int  # in the run
@@ -116,7 +118,7 @@ def stall_map(
     picked = [picked[i] for i in order]
     shift = shift[order]
     gaps = _Gaps.of(picked, shift)
-    rows = _unique_labels([t.stream_id for t in picked])
+    rows = chart_labels([t.stream_id for t in picked])
     few = len(gaps.row) <= max_bars
     return StallMap(
         rows=rows,
@@ -248,17 +250,3 @@ class _Gaps:
 
 def _join(parts: list[npt.NDArray[Any]], dtype: type[Any]) -> npt.NDArray[Any]:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
-
-
-def _unique_labels(ids: list[str]) -> list[str]:
-    """Stream ids as row labels; a repeated id (two vantage points) gets a suffix."""
-    repeated = {k for k, v in Counter(ids).items() if v > 1}
-    seen: Counter[str] = Counter()
-    labels = []
-    for stream_id in ids:
-        if stream_id in repeated:
-            seen[stream_id] += 1
-            labels.append(f"{stream_id} #{seen[stream_id]}")
-        else:
-            labels.append(stream_id)
-    return labels
