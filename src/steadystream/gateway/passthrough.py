@@ -9,8 +9,10 @@ first upstream serving the model, with that upstream's own key, its ``model_map`
 the model and the client headers it forwards (:class:`UpstreamPool`). A connection not made
 or a status of ``failover.retry_statuses`` goes on to the next (as
 :class:`~steadystream.gateway.whole.WholeRelay` does); the answer comes back with its status,
-at most ``limits.max_response_bytes``, keys scrubbed, with ``X-Request-Id``. The last
-refusal is passed on as a generation's is (gateway/refusal.py), in the path's error shape.
+at most ``limits.max_response_bytes``, keys scrubbed, with ``X-Request-Id`` (a 1xx, or an
+answer in a content coding, is no answer: :func:`~steadystream.gateway.whole.check_answer`).
+The last refusal is passed on as a generation's is (gateway/refusal.py), in the path's error
+shape.
 
 None of it is a stream: nothing is recorded or paced, and it is counted in
 ``steadystream_passthrough_requests_total`` (route: the list's label), not in the stream
@@ -40,6 +42,7 @@ from steadystream.gateway.requests import (
 )
 from steadystream.gateway.state import GatewayState
 from steadystream.gateway.upstreams import ANTHROPIC_HEADERS, media_type, read_whole
+from steadystream.gateway.whole import check_answer
 
 __all__ = ["PASSTHROUGH_ROUTES", "Passthrough"]
 
@@ -113,6 +116,7 @@ class Passthrough:
                     client_headers=call.client_headers,
                     timeout_s=upstream.timeouts.request / 1e9,
                 )
+                check_answer(response, upstream.name)
                 left_s = max(0.0, (deadline - clock.now_ns()) / 1e9)
                 answer = await read_whole(
                     response, upstream.name, left_s, limit=state.config.limits.max_response_bytes

@@ -6,6 +6,12 @@ kept as the client sent it (unknown fields go upstream untouched, as providers a
 the time); only the fields the gateway acts on are checked, and a bad one gets a 400 whose
 ``param`` names it, as OpenAI's own API does. Errors on the Messages API's paths are in
 Anthropic's shape, with the field at the start of the message (:func:`error_shape`).
+
+Two bounds keep what goes upstream something every upstream reads as the client meant it:
+a body nests at most :data:`MAX_DEPTH` arrays and objects (orjson reads 1024 levels but
+writes only 254: a deeper body could not be sent on at all), and a count (``n``, the token
+limits) is at most :data:`MOST_COUNT`, as engines with 32-bit fields read it (llama.cpp
+would read ``max_tokens: 4294967295`` as -1, no limit at all).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from steadystream._api_errors import ApiError, ErrorShape, error_response, is_cl
 from steadystream.gateway.config import GatewayConfig
 
 __all__ = [
+    "MAX_DEPTH",
+    "MOST_COUNT",
     "TYPED_ROUTES",
     "ApiError",
     "ProxyRequest",
@@ -42,6 +50,11 @@ TYPED_ROUTES = ("responses", "messages")
 APIs): relayed as they come, failed over only while the client has had nothing of them."""
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+MAX_DEPTH = 128
+"""The most arrays and objects a request body may nest (far past any real request; orjson
+writes no more than 254, and a translation nests a request's parts a level or two deeper)."""
+MOST_COUNT = 2**31 - 1
+"""The largest ``n`` or token limit taken: what a signed 32-bit field holds."""
 
 
 def new_request_id() -> str:
@@ -132,6 +145,8 @@ def parse_model_body(raw: bytes) -> tuple[dict[str, Any], str]:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ApiError(400, "the body must be a JSON object")
+    if _too_deep(raw, body):
+        raise ApiError(400, f"the body nests more than {MAX_DEPTH} arrays and objects")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "model: required, a non-empty string", param="model")
@@ -159,12 +174,11 @@ def parse_request(raw: bytes, route: Route) -> ProxyRequest:
     n = body.get("n", 1)
     if n is None:
         n = 1
-    if not _is_int(n) or n < 1:
-        raise ApiError(400, "n: must be an integer of at least 1", param="n")
+    _check_count("n", n)
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
-        if value is not None and (not _is_int(value) or value < 1):
-            raise ApiError(400, f"{name}: must be an integer of at least 1", param=name)
+        if value is not None:
+            _check_count(name, value)
     _check_number(body, "temperature", 0.0, 2.0, low_open=False)
     _check_number(body, "top_p", 0.0, 1.0, low_open=True)
     options = body.get("stream_options")
@@ -193,10 +207,8 @@ def _check_responses(body: dict[str, Any]) -> None:
             if not isinstance(item, dict):
                 raise ApiError(400, f"input.{i}: must be an object", param=f"input.{i}")
     limit = body.get("max_output_tokens")
-    if limit is not None and (not _is_int(limit) or limit < 1):
-        raise ApiError(
-            400, "max_output_tokens: must be an integer of at least 1", param="max_output_tokens"
-        )
+    if limit is not None:
+        _check_count("max_output_tokens", limit)
     _check_number(body, "temperature", 0.0, 2.0, low_open=False)
     _check_number(body, "top_p", 0.0, 1.0, low_open=True)
 
@@ -212,9 +224,7 @@ def _check_anthropic_messages(body: dict[str, Any]) -> None:
         null_content=False,
         content_is="a string or a list of blocks",
     )
-    limit = body.get("max_tokens")
-    if not _is_int(limit) or limit < 1:
-        raise ApiError(400, "max_tokens: required, an integer of at least 1", param="max_tokens")
+    _check_count("max_tokens", body.get("max_tokens"), "required, an integer of at least 1")
     _check_number(body, "temperature", 0.0, 1.0, low_open=False)
     _check_number(body, "top_p", 0.0, 1.0, low_open=True)
 
@@ -271,6 +281,32 @@ def _check_number(
     if not number or value > high or value < low or (low_open and value == low):
         bound = f"above {low:g}" if low_open else f"at least {low:g}"
         raise ApiError(400, f"{name}: must be a number {bound} and at most {high:g}", param=name)
+
+
+def _check_count(name: str, value: Any, wanted: str = "must be an integer of at least 1") -> None:
+    """A count the client sets (``n``, a token limit): an integer, 1 to :data:`MOST_COUNT`."""
+    if not _is_int(value) or value < 1:
+        raise ApiError(400, f"{name}: {wanted}", param=name)
+    if value > MOST_COUNT:
+        raise ApiError(400, f"{name}: must be at most {MOST_COUNT}, got {value}", param=name)
+
+
+def _too_deep(raw: bytes, body: dict[str, Any]) -> bool:
+    """Whether ``body`` nests more than :data:`MAX_DEPTH` arrays and objects. A body with
+    fewer brackets than that in all (most: long texts, token lists) is not walked."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    level: list[Any] = [body]
+    for _ in range(MAX_DEPTH):
+        inner: list[Any] = []
+        for node in level:
+            for value in node.values() if type(node) is dict else node:
+                if type(value) is dict or type(value) is list:  # (what orjson makes)
+                    inner.append(value)
+        if not inner:
+            return False
+        level = inner
+    return True
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

@@ -10,6 +10,12 @@ The answer is held whole (a JSON document cannot be relayed in parts and still b
 over), so it is bounded: an answer larger than ``limits.max_response_bytes`` is refused with
 a 502 naming the limit, as soon as its size is known, and is not retried elsewhere (another
 upstream would give as much). It is parsed once, for the timeline's text and usage.
+
+Only an answer can be passed on (:func:`check_answer`): a 1xx the HTTP client hands back (a
+``101 Switching Protocols`` with nothing after it) is refused with a 502, as the streams'
+path refuses it; and an answer in a content coding (``gzip``: the gateway asks for none)
+counts as a broken body, since it would reach the client labelled as plain JSON, its keys
+unscrubbed.
 """
 
 from __future__ import annotations
@@ -17,10 +23,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import aiohttp
 import orjson
 from starlette.types import Scope, Send
 
-from steadystream._exceptions import ProtocolError, UpstreamError, UpstreamStreamError
+from steadystream._exceptions import (
+    ProtocolError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+)
 from steadystream._types import EventKind, Outcome
 from steadystream.gateway.attempt import cause_of
 from steadystream.gateway.base import Relay
@@ -29,10 +41,11 @@ from steadystream.gateway.failover import Action
 from steadystream.gateway.translation import upstream_api, whole_answer
 from steadystream.gateway.upstreams import build_body, media_type, read_whole
 from steadystream.protocol.apis import API_PATHS
+from steadystream.protocol.chunks import is_count
 from steadystream.protocol.messages import messages_usage
 from steadystream.protocol.responses import responses_usage
 
-__all__ = ["WholeRelay"]
+__all__ = ["WholeRelay", "check_answer"]
 
 
 class WholeRelay(Relay):
@@ -67,6 +80,7 @@ class WholeRelay(Relay):
                     timeout_s=upstream.timeouts.request / 1e9,
                 )
                 arrived = clock.now_ns()
+                check_answer(response, upstream.name)
                 left_s = max(0.0, (deadline - clock.now_ns()) / 1e9)
                 body = await read_whole(
                     response, upstream.name, left_s, limit=state.config.limits.max_response_bytes
@@ -150,6 +164,21 @@ class WholeRelay(Relay):
         record.outcome = Outcome.COMPLETE if len(record.attempts) == 1 else Outcome.FAILED_OVER
 
 
+def check_answer(response: aiohttp.ClientResponse, name: str) -> None:
+    """Refuse a response that is no answer to pass on (the module docstring): a status below
+    200 (:class:`UpstreamStatusError`, a 502) or a content coding other than ``identity``
+    (:class:`UpstreamStreamError`, a broken body: the next upstream may answer plainly)."""
+    if response.status < 200:
+        raise UpstreamStatusError(
+            response.status, f"upstream {name!r} answered {response.status}, which is no answer"
+        )
+    coding = response.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise UpstreamStreamError(
+            f"upstream {name!r} answered in a content coding it was not asked for ({coding[:40]!r})"
+        )
+
+
 def _answer_text(body: bytes) -> tuple[str, dict[str, int] | None]:
     """The answer's text and usage, for the timeline (empty when the body is not a completion)."""
     try:
@@ -163,9 +192,9 @@ def _answer_text(body: bytes) -> tuple[str, dict[str, int] | None]:
         return _typed_text(data.get("output"), "output_text"), responses_usage(usage)
     if data.get("type") == "message":  # the Messages API
         return _typed_text([data], "text"), messages_usage(usage)
-    counts = (
-        {k: v for k, v in usage.items() if isinstance(v, int)} if isinstance(usage, dict) else None
-    )
+    # Counts a timeline can hold, as a stream's usage chunk gives them (a bool, a negative
+    # number or a 2**64 is no count: its record could not be written).
+    counts = {k: v for k, v in usage.items() if is_count(v)} if isinstance(usage, dict) else None
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return "", counts
