@@ -40,6 +40,19 @@ class TestAssignTokens:
         assert tokens.tolist() == [0, estimate_tokens("Hello"), estimate_tokens(texts[2])]
         assert all(t >= 1 for t in tokens[1:])
 
+    def test_a_usage_past_what_the_events_could_hold_is_no_count(self) -> None:
+        # 2**40 tokens over two events overflowed the int32 counts, and the record was lost.
+        tokens, source = assign_tokens(
+            kinds(R, C, C), np.array([0, 8, 4], np.int32), usage_completion_tokens=2**40
+        )
+        assert source is TokenSource.ESTIMATED
+        assert tokens.tolist() == [0, 2, 1]
+        tokens, source = assign_tokens(
+            kinds(C, C), np.array([8, 4], np.int32), usage_completion_tokens=2 * 65_536
+        )
+        assert source is TokenSource.USAGE_PROPORTIONAL  # (the bound itself is a count)
+        assert int(tokens.sum()) == 2 * 65_536
+
     def test_no_text_kept_estimates_four_bytes_a_token(self) -> None:
         tokens, _ = assign_tokens(kinds(C, C), np.array([9, 1], np.int32))
         assert tokens.tolist() == [3, 1]

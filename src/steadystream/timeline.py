@@ -475,6 +475,11 @@ def is_text_event(
     return is_text_kind(kinds) & carries
 
 
+MOST_TOKENS_PER_EVENT = 1 << 16
+"""The most tokens a total may give a text event on average (the peers' importers' bound
+per timed chunk): a usage past it is no count of these events."""
+
+
 def assign_tokens(
     kinds: npt.NDArray[np.uint8],
     text_bytes: npt.NDArray[np.int32],
@@ -487,8 +492,9 @@ def assign_tokens(
 
     The total is the final usage's ``completion_tokens``; with no usage, a stream that ended
     for length (``finish_reason: "length"``) carried exactly the request's ``max_tokens``,
-    passed as ``stopped_at_max_tokens``. A total is always kept, and spread over the text
-    events by their text:
+    passed as ``stopped_at_max_tokens``. A total is kept (unless it is past
+    :data:`MOST_TOKENS_PER_EVENT` an event: then it is no count, and the text is estimated),
+    and spread over the text events by their text:
 
     - as many tokens as text events: one each;
     - more: each event one, and the rest in proportion to the text, by largest remainder;
@@ -510,8 +516,10 @@ def assign_tokens(
         return tokens, TokenSource.EXACT if total is None else (
             source or TokenSource.USAGE_ONE_PER_EVENT
         )
-    # A total under one token for visible text says nothing usable: estimate instead.
-    if total is not None and total >= 1:
+    # A total under one token for visible text says nothing usable, nor one past what the
+    # events could hold (a usage of 2**40 tokens over five events would not fit the int32
+    # counts, and no stream sends that much in an event): estimate instead.
+    if total is not None and 1 <= total <= count * MOST_TOKENS_PER_EVENT:
         weights = text_bytes[text_events].astype(np.int64)
         if total == count:
             tokens[text_events] = 1

@@ -374,7 +374,7 @@ class UpstreamPool:
                 response = await session.post(
                     url, data=orjson.dumps(body), headers=headers, timeout=timeout
                 )
-        if response.status < 300:
+        if 200 <= response.status < 300:  # (a 1xx that switched protocols is no answer)
             return response
         try:
             message = await self._error_message(response, deadline)
