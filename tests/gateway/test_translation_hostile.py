@@ -21,9 +21,9 @@ from steadystream.gateway.requests import ApiError
 from steadystream.gateway.translation import chat_request, stream_translator
 from steadystream.protocol.chunks import parse_chunk
 from steadystream.protocol.sse import DONE
-from tests.gateway.test_translators import REQUEST, client_events
 from tests.support.gateway import gateway_config, post
 from tests.support.threaded_app import ThreadedApp
+from tests.support.translation import REQUEST, client_events
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,10 @@ from steadystream.gateway.failover import Cause
 from steadystream.gateway.line import line_build
 from steadystream.gateway.requests import ApiError
 from steadystream.gateway.translation import chat_request, stream_translator, whole_answer
-from steadystream.protocol import SseEvent, new_decoder
+from steadystream.protocol import new_decoder
 from steadystream.protocol.chunks import chat_chunk, encode_chunk, usage_chunk
 from steadystream.protocol.sse import DONE
-
-RESPONSES_EVENT: TypeAdapter[Any] = TypeAdapter(openai.types.responses.ResponseStreamEvent)
-MESSAGES_EVENT: TypeAdapter[Any] = TypeAdapter(anthropic.types.RawMessageStreamEvent)
-REQUEST = {"model": "m", "input": "hi", "instructions": "Be brief.", "max_output_tokens": 50}
+from tests.support.translation import REQUEST, RESPONSES_EVENT, client_events
 
 
 def chunk(**delta: Any) -> bytes:
@@ -71,18 +68,6 @@ def translate(route: str, reads: list[bytes], *, max_text: int = 1 << 20) -> lis
             assert rewritten.text == piece.text
             out += rewritten.raw
     return client_events(route, out)
-
-
-def client_events(route: str, data: bytes) -> list[dict[str, Any]]:
-    events = []
-    for item in new_decoder().feed(data):
-        assert isinstance(item, SseEvent)
-        obj = orjson.loads(item.data)
-        assert item.event == obj["type"]
-        adapter = RESPONSES_EVENT if route == "responses" else MESSAGES_EVENT
-        assert adapter.validate_python(obj).type == obj["type"]
-        events.append(obj)
-    return events
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:
