@@ -78,7 +78,6 @@ def gateway(
         from steadystream.gateway.app import check_startable
         from steadystream.gateway.config import (
             config_from_upstreams,
-            load_config,
             with_pacing_and_recording,
             with_server,
         )
@@ -91,7 +90,7 @@ def gateway(
             )
         with exit_on_error():
             if config is not None:
-                chosen = load_config(config)
+                chosen = _load(config)
             else:
                 chosen = config_from_upstreams(upstream, api_key_env=upstream_key_env)
             overrides: dict[str, object] = {"host": host, "port": port, "workers": workers}
@@ -120,9 +119,24 @@ def gateway(
 
             def reload() -> GatewayConfig:
                 assert config is not None
-                return with_options(load_config(config))
+                return with_options(_load(config))
 
             serve(chosen, reload=None if config is None else reload)
+
+
+def _load(path: Path) -> GatewayConfig:
+    """The configuration in ``path``; a path the system cannot even look up (a folder on
+    the way that this user may not enter, a name too long) is a :class:`ConfigError` too,
+    at start as on a reload, not a traceback."""
+    from steadystream._exceptions import ConfigError
+    from steadystream.gateway.config import load_config
+
+    try:
+        return load_config(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot read the gateway configuration: {exc.strerror or exc}"
+        ) from exc
 
 
 def _named(message: str, config: Path | None, pacer: str | None, record: Path | None) -> str:

@@ -71,14 +71,26 @@ def _stop_cleanly(signum: int, frame: FrameType | None) -> NoReturn:
     raise SystemExit(0)
 
 
+_BACKLOG = 2048  # uvicorn's, which it sets again when it serves
+
+
 def _listen(config: GatewayConfig) -> socket.socket:
+    """The gateway's socket, listening already: a bound socket that is not yet listening
+    holds no port against another one bound with ``SO_REUSEADDR`` (a second gateway started
+    while the first one's workers start), and the first to listen would take the port from
+    the other's workers, which would then wait on a socket that never gets a connection."""
     host, port = config.server.host, config.server.port
+    sock: socket.socket | None = None
     try:
-        return listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
+        sock = listening_socket(host, port, send_buffer=config.limits.client_send_buffer)
+        sock.listen(_BACKLOG)
     except OSError as exc:
+        if sock is not None:
+            sock.close()
         raise ConfigError(
             f"server.host and server.port: cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from exc
+    return sock
 
 
 _HANGUP_IGNORED = (

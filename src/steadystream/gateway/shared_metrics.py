@@ -13,7 +13,8 @@ them, as prometheus_client's multiprocess mode does for its own metric types:
 - ``_created`` stamps take the earliest.
 
 The parent folds the snapshots of every worker that ended into one file (:func:`retire`),
-so the folder stays as small as the set of live workers.
+so the folder stays as small as the set of live workers, and keeps that file's sums in
+memory too (:class:`Retired`), to write it again should the folder go.
 
 The gateway's histograms are its own (:mod:`steadystream._histogram`), which
 prometheus_client's multiprocess mode cannot see; snapshots of whatever the registry
@@ -23,6 +24,7 @@ collects cover them and every future metric alike.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +40,7 @@ __all__ = [
     "LIVE_S",
     "PUBLISH_EVERY_S",
     "RETIRED",
+    "Retired",
     "SharedMetrics",
     "Snapshot",
     "retire",
@@ -71,6 +74,7 @@ class SharedMetrics:
         self._taken = 0  # views handed out (Snapshot.order)
         self._written = 0  # the order of the newest snapshot in the file
         self._lock = threading.Lock()
+        self._said = False  # that a snapshot could not be written (said once)
 
     def snapshot(self) -> Snapshot:
         """This worker's metrics as of now (on the thread that updates them)."""
@@ -82,16 +86,7 @@ class SharedMetrics:
         never sees half a file), unless a newer one is there already."""
         if snapshot is None:
             snapshot = self.snapshot()
-        families = [
-            {
-                "name": family.name,
-                "help": family.documentation,
-                "type": family.type,
-                "samples": [[s.name, s.labels, s.value] for s in family.samples],
-            }
-            for family in snapshot.view.collect()
-        ]
-        data = orjson.dumps(families)
+        data = orjson.dumps(_families(snapshot))
         with self._lock:
             if snapshot.order <= self._written:
                 return
@@ -100,10 +95,29 @@ class SharedMetrics:
 
     def exposition(self, snapshot: Snapshot | None = None) -> bytes:
         """Every worker's metrics summed, in Prometheus' text format (this worker's as of
-        ``snapshot``, default: now)."""
-        self.publish(snapshot)
+        ``snapshot``, default: now).
+
+        A snapshot that cannot be written (a full disk, the folder made read-only or
+        replaced by a file) does not fail the scrape: this worker's numbers are then taken
+        from memory, beside every other worker's that can still be read.
+        """
+        if snapshot is None:
+            snapshot = self.snapshot()
+        mine: tuple[str, list[dict[str, Any]]] | None = None
+        try:
+            self.publish(snapshot)
+        except OSError as exc:
+            mine = (self.path.name, _families(snapshot))
+            if not self._said:
+                self._said = True
+                print(
+                    f"gateway: worker {os.getpid()} cannot write its metrics snapshot "
+                    f"({exc}): its /metrics sums what it can still read",
+                    file=sys.stderr,
+                    flush=True,
+                )
         merged = CollectorRegistry(auto_describe=False)
-        merged.register(_Merged(self.folder))
+        merged.register(_Merged(self.folder, mine))
         return generate_latest(merged)
 
 
@@ -112,12 +126,51 @@ class Snapshot(NamedTuple):
     order: int  # when it was taken: a later snapshot is never overwritten by an earlier
 
 
+def _families(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """``snapshot`` in the format of the files."""
+    return [
+        {
+            "name": family.name,
+            "help": family.documentation,
+            "type": family.type,
+            "samples": [[s.name, s.labels, s.value] for s in family.samples],
+        }
+        for family in snapshot.view.collect()
+    ]
+
+
 RETIRED = "retired.json"
 """The summed counters and histograms of the workers that ended (written by the parent)."""
 
 
-def retire(folder: Path, pid: int) -> None:
-    """Fold the snapshots of ended worker ``pid`` into :data:`RETIRED`.
+class Retired:
+    """The parent's side of :data:`RETIRED`: it folds ended workers into it (:func:`retire`)
+    and keeps what it wrote, so that a file that went away (a cleaner of /tmp took the
+    folder) is written again (:meth:`keep`) and the ended workers' counters never go back."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._kept: Any = None  # what retired.json holds, as last written here
+        self._version: tuple[int, int] | None = None  # which file that was
+
+    def fold(self, pid: int) -> None:
+        """:func:`retire` ``pid``, from what this parent wrote last."""
+        self._kept = retire(self.folder, pid, kept=self._kept)
+        self._version = _version(self.folder / RETIRED)
+
+    def keep(self) -> None:
+        """Write :data:`RETIRED` again if it is not the file last written (one ``stat``)."""
+        if self._kept is None or _version(self.folder / RETIRED) == self._version:
+            return
+        write_whole(self.folder / RETIRED, orjson.dumps(self._kept))
+        self._version = _version(self.folder / RETIRED)
+
+
+def retire(folder: Path, pid: int, *, kept: Any = None) -> Any:
+    """Fold the snapshots of ended worker ``pid`` into :data:`RETIRED`; return what it holds.
+
+    ``kept``: what it held after the last fold (:class:`Retired` keeps it), taken over what
+    the file holds now, which may be gone.
 
     The parent calls this once it has reaped the worker, so the folder holds one file per
     live worker, one for all that ended, and the files of the last fold, however many reloads
@@ -129,8 +182,8 @@ def retire(folder: Path, pid: int) -> None:
     """
     dead = sorted(folder.glob(f"worker-{pid}-*.json"))
     if not dead:
-        return
-    retired = _read(folder / RETIRED) or {"folded": [], "families": []}
+        return kept
+    retired = kept or _read(folder / RETIRED) or {"folded": [], "families": []}
     earlier = [name for name in retired["folded"] if (folder / name).exists()]
     sums = _Sums()
     sums.add(retired["families"], live=False)
@@ -142,9 +195,11 @@ def retire(folder: Path, pid: int) -> None:
         if snapshot is not None:
             sums.add(snapshot, live=False)
             folded.append(path.name)
-    write_whole(folder / RETIRED, orjson.dumps({"folded": folded, "families": sums.families()}))
+    now = {"folded": folded, "families": sums.families()}
+    write_whole(folder / RETIRED, orjson.dumps(now))
     for name in earlier:  # folded at an earlier fold: no reader can still count it
         (folder / name).unlink(missing_ok=True)
+    return now
 
 
 def write_whole(path: Path, data: bytes) -> None:
@@ -217,8 +272,12 @@ class _Sums:
 
 
 class _Merged(Collector):
-    def __init__(self, folder: Path) -> None:
+    """The sum of the snapshots in ``folder``; ``mine``: one worker's file name and the
+    snapshot to count in its place (its file could not be written)."""
+
+    def __init__(self, folder: Path, mine: tuple[str, list[dict[str, Any]]] | None = None):
         self.folder = folder
+        self.mine = mine
 
     def collect(self) -> Iterator[Metric]:
         # A fold while this reads could move an ended worker's numbers from its file into
@@ -239,6 +298,10 @@ class _Merged(Collector):
         if retired is not None:
             sums.add(retired["families"], live=False)
             folded = set(retired["folded"])
+        if self.mine is not None:
+            name, families = self.mine
+            sums.add(families, live=True)
+            folded.add(name)  # (counted from memory, not from its stale file)
         for path in sorted(self.folder.glob("worker-*.json")):
             if path.name in folded:
                 continue  # taken into retired.json, not yet removed

@@ -48,7 +48,7 @@ from steadystream._exceptions import ConfigError, SteadystreamError
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.glass import glass_secret
 from steadystream.gateway.model_labels import MODEL_LABELS, start_shared_models
-from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, SharedMetrics, retire
+from steadystream.gateway.shared_metrics import PUBLISH_EVERY_S, Retired, SharedMetrics
 
 __all__ = ["serve_workers"]
 
@@ -60,6 +60,7 @@ _RESTART_EVERY_S = 1.0
 _DIED_STARTING_S = 5.0
 _GIVE_UP_AFTER = 10
 _TICK_S = 0.2
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # the parent's; the workers' default
 
 
 ServeOn = Callable[..., None]
@@ -111,6 +112,8 @@ class _Supervisor:
         self.log_level = log_level
         self.reload = reload
         self.workers: list[int] = []
+        self.retired = Retired(folder)
+        self._retired_lost = False  # that retired.json could not be written again (said once)
         self.glass_secret = glass_secret()
         self._stopping = False
         self._reloading = False
@@ -119,10 +122,7 @@ class _Supervisor:
         self._died_starting = 0  # workers in a row that died as they started
 
     def run(self) -> None:
-        previous = {
-            sig: signal.signal(sig, self._on_signal)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        }
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in _SIGNALS}
         try:
             self.workers = [
                 self._spawn(self.config) for _ in range(self.config.server.worker_count)
@@ -133,6 +133,7 @@ class _Supervisor:
                     self._reloading = False
                     self._reload()
                 self._replace_dead()
+                self._keep_retired()
                 time.sleep(_TICK_S)
         finally:
             self._stop_all()
@@ -147,14 +148,24 @@ class _Supervisor:
 
     def _spawn(self, config: GatewayConfig) -> int:
         parent = os.getpid()
-        pid = os.fork()
+        # The signals wait while a worker is forked: one that reached the child before it
+        # dropped this parent's handlers would only set a flag there (or, before Python's
+        # fork returns, be lost), and a worker asked to stop would serve on until SIGKILL.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             self._started[pid] = time.monotonic()
             return pid
         code = 0
         try:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in _SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # what came meanwhile ends it
             _end_with(parent)
             _worker(
                 config, self.sock, self.folder, self.log_level, self.serve_on, self.glass_secret
@@ -173,8 +184,12 @@ class _Supervisor:
             try:
                 config = self.reload()
                 _startable(config)
-            except SteadystreamError as exc:
-                _say(f"reload refused, the workers keep the old configuration: {exc}")
+            except Exception as exc:
+                # Whatever fails, a reload never ends a serving gateway: reading the file
+                # may fail in ways nobody mapped to a SteadystreamError (its folder made
+                # unreadable: a PermissionError), and the workers keep serving all the same.
+                said = exc if isinstance(exc, SteadystreamError) else f"{type(exc).__name__}: {exc}"
+                _say(f"reload refused, the workers keep the old configuration: {said}")
                 return
         then, now = self.config.server, config.server
         sent_then = self.config.limits.client_send_buffer
@@ -231,9 +246,21 @@ class _Supervisor:
 
     def _retire(self, pid: int) -> None:
         try:
-            retire(self.folder, pid)
+            self.retired.fold(pid)
         except OSError as exc:  # a full disk: its snapshot stays, and still counts
             _say(f"could not fold the metrics of ended worker {pid}: {exc}")
+
+    def _keep_retired(self) -> None:
+        # The folder removed (a cleaner of /tmp): the ended workers' counts are written
+        # again from this process's memory, or /metrics would go back.
+        try:
+            self.retired.keep()
+        except OSError as exc:
+            if not self._retired_lost:
+                _say(f"cannot write the ended workers' metrics again: {exc}")
+            self._retired_lost = True
+        else:
+            self._retired_lost = False
 
     def _stop_all(self) -> None:
         workers, self.workers = self.workers, []
