@@ -76,6 +76,18 @@ def test_bad_files_are_refused_naming_the_file(
     assert len(str(refused.value)) < 1000
 
 
+def test_a_path_that_cannot_be_looked_up_is_refused_naming_it(tmp_path: Path) -> None:
+    # Path.exists() raised for a name too long (and a folder it may not enter): a traceback
+    # from every command that reads a YAML file.
+    path = tmp_path / ("x" * 300) / "g.yaml"
+    with pytest.raises(ConfigError, match="cannot read the scenario: File name too long"):
+        load_yaml(path, "scenario")
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop)
+    with pytest.raises(ConfigError, match="cannot read the scenario"):
+        load_yaml(loop, "scenario")
+
+
 def test_a_fifo_or_a_device_is_not_read(tmp_path: Path) -> None:
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)  # (nobody writes it: a read would wait forever)

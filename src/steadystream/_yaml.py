@@ -10,6 +10,7 @@ are followed; anything else is a :class:`ConfigError` naming the file.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,14 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 def load_yaml(path: Path, what: str) -> Any:
     """The YAML document in ``path`` (``what`` it should be, for messages)."""
-    if not path.exists():
-        raise ConfigError(f"{path}: cannot read the {what}: no such file")
-    if not path.is_file():
-        found = "a folder" if path.is_dir() else "not a regular file"
+    try:
+        mode = path.stat().st_mode  # (exists() lets a folder it may not enter raise)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: cannot read the {what}: no such file") from None
+    except OSError as exc:  # no permission, a name too long, a link loop
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        found = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
         raise ConfigError(f"{path}: {found}; expected a {what} (YAML)")
     try:
         with path.open("rb") as file:
