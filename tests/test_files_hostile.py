@@ -210,7 +210,7 @@ def test_parquet_columns_of_the_same_kind_still_cast(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e20, -1e12])
 def test_parquet_started_at_that_is_no_finite_number_is_refused(
     tmp_path: Path, value: float
 ) -> None:
@@ -312,6 +312,20 @@ def test_a_byte_order_mark_is_refused_at_line_one(tmp_path: Path) -> None:
     message = _one_line_error(_analyze(str(path)))
     assert "bom.jsonl:1:" in message
     assert "byte order mark" in message
+
+
+@pytest.mark.parametrize("value", [1e20, 253_402_300_800, -1e300])
+def test_a_started_at_outside_the_calendar_is_refused_by_the_reader(
+    tmp_path: Path, value: float
+) -> None:
+    # report crashed on it (OverflowError, "year is out of range"); analyze took it.
+    path = tmp_path / "far.jsonl"
+    path.write_text(json.dumps({**_BASE, "started_at": value}) + "\n")
+    with pytest.raises(TimelineFormatError, match="within the calendar") as caught:
+        read_jsonl(path)
+    assert caught.value.field == "started_at"
+    path.write_text(json.dumps({**_BASE, "started_at": 253_402_300_799.5}) + "\n")
+    assert read_jsonl(path).timelines[0].started_at == 253_402_300_799.5
 
 
 def test_a_usage_count_a_writer_refuses_is_not_read_either(tmp_path: Path) -> None:

@@ -51,7 +51,9 @@ def timelines(draw: st.DrawFn) -> Timeline:
         usage=draw(st.none() | st.dictionaries(_KEY, _NANOS, max_size=3)),
         token_source=draw(st.sampled_from(TokenSource)),
         labels=draw(st.dictionaries(_KEY, _TEXT, max_size=3)),
-        started_at=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+        started_at=draw(  # (a date: years 1 to 9999, as readers take)
+            st.none() | st.floats(min_value=-62_135_596_800, max_value=253_402_300_799)
+        ),
         annotations=draw(
             st.dictionaries(_KEY, st.lists(st.none() | _TEXT, min_size=n, max_size=n), max_size=2)
         ),

@@ -402,6 +402,8 @@ def test_a_messages_request_becomes_a_chat_request() -> None:
         ),
         ("responses", {"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools"),
         ("responses", {"previous_response_id": "resp_1"}, "previous_response_id"),
+        ("responses", {"input": "hi", "instructions": 5}, "instructions"),
+        ("responses", {"input": "hi", "user": 5}, "user"),  # (was dropped)
         (
             "messages",
             {
@@ -425,3 +427,4 @@ def test_what_chat_cannot_carry_is_refused_naming_the_field(
     assert caught.value.status == 400
     assert caught.value.param == param
     assert caught.value.message.startswith(f"{param}: ")
+    assert caught.value.code == "untranslatable"

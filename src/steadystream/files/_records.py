@@ -150,8 +150,10 @@ def _value_fault(t: Timeline, keep_text: bool) -> str | None:
     ):
         if not isinstance(getattr(t, key), str) or getattr(t, key) not in choices:
             return f"{key} must be one of {', '.join(choices)}"
-    if t.started_at is not None and not (_is_number(t.started_at) and math.isfinite(t.started_at)):
-        return "started_at must be a finite number of seconds or None"  # JSON has no NaN
+    if t.started_at is not None and not (_is_number(t.started_at) and _in_calendar(t.started_at)):
+        return (  # (JSON has no NaN, and every reader of a date takes these)
+            "started_at must be a number of seconds within the calendar (years 1 to 9999) or None"
+        )
     if t.error is not None and type(t.error) is not str:
         return f"error must be a string or None, not {type(t.error).__name__}"
     if not _is_str_map(t.labels) or not all(type(k) is str for k in t.labels):
@@ -323,8 +325,13 @@ def stream_fields(record: Mapping[str, Any], n: int, path: str, line: int) -> di
     if started_at is not None:
         if type(started_at) is not float and type(started_at) is not int:
             _fail_type(started_at, "started_at", "a number of seconds or null", path, line)
-        if not math.isfinite(started_at):  # (JSON has none; a Parquet double can be NaN)
-            _fail("started_at must be a finite number of seconds", path, line, "started_at")
+        if not _in_calendar(started_at):  # (JSON has no NaN; a Parquet double can be)
+            _fail(
+                "started_at must be a number of seconds within the calendar (years 1 to 9999)",
+                path,
+                line,
+                "started_at",
+            )
         fields["started_at"] = float(started_at)
     for key in ("header_ns", "first_byte_ns", "end_ns"):
         value = get(key)
@@ -418,6 +425,14 @@ def _annotations(value: Any, n: int, path: str, line: int) -> dict[str, list[str
 
 def _is_str_map(value: Any) -> bool:
     return type(value) is dict and all(type(v) is str for v in value.values())
+
+
+_CALENDAR_S = (-62_135_596_800, 253_402_300_800)  # 0001-01-01 to 10000-01-01, UTC
+
+
+def _in_calendar(seconds: float) -> bool:
+    """Whether ``seconds`` (Unix) is a date: finite, and one ``datetime`` holds."""
+    return math.isfinite(seconds) and _CALENDAR_S[0] <= seconds < _CALENDAR_S[1]
 
 
 def _is_int_map(value: Any) -> bool:

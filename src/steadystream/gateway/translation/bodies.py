@@ -83,7 +83,7 @@ def _from_responses(body: dict[str, Any]) -> dict[str, Any]:
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
-            raise ApiError(400, "instructions: must be a string", param="instructions")
+            raise _untranslatable("instructions", "must be a string")
         messages.append({"role": "system", "content": instructions})
     given = body.get("input")
     if isinstance(given, str):
@@ -105,7 +105,9 @@ def _from_responses(body: dict[str, Any]) -> dict[str, Any]:
     if response_format is not None:
         chat["response_format"] = response_format
     user = body.get("user")
-    if isinstance(user, str):
+    if user is not None:
+        if not isinstance(user, str):  # (dropped, it would no longer name whom to bill)
+            raise _untranslatable("user", "must be a string")
         chat["user"] = user
     return chat
 
