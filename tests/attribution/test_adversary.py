@@ -9,7 +9,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from steadystream import Where
+from steadystream import InputError, Where
 from steadystream.cli import _register, app
 from steadystream.engine_metrics import SCHEMA
 from steadystream.files import read_timelines, write_jsonl
@@ -98,7 +98,25 @@ def test_a_truth_file_of_another_run_scores_nothing_and_says_so(run: Path, tmp_p
     assert len(read_timelines(run).timelines) == 2
 
 
-@pytest.mark.parametrize("start_ms", [1e305, -1e305, 9e12])
+@pytest.mark.parametrize("start_ms", [1e305, -1e305])
+def test_a_wall_clock_outside_the_calendar_is_refused_by_name(
+    tmp_path: Path, start_ms: float
+) -> None:
+    far = stream(GAP, stream_id="a", start_ms=start_ms)
+    with pytest.raises(InputError, match="started_at must be a number of seconds within"):
+        write_jsonl(tmp_path / "written.jsonl", [far])
+    path = tmp_path / "far.jsonl"
+    near = tmp_path / "near.jsonl"
+    write_jsonl(near, [stream(GAP, stream_id="a", start_ms=0.0)])
+    line = orjson.loads(near.read_bytes().splitlines()[0])
+    path.write_bytes(orjson.dumps({**line, "started_at": start_ms / 1e3}) + b"\n")
+    for command in ("explain", "analyze"):
+        result = runner.invoke(app, [command, str(path), "--json"])
+        assert result.exit_code == 2, result.output  # old code: OverflowError traceback
+        assert "started_at" in result.output
+
+
+@pytest.mark.parametrize("start_ms", [9e12])
 def test_a_wall_clock_past_64_bits_of_ns_is_no_wall_clock(tmp_path: Path, start_ms: float) -> None:
     path = tmp_path / "far.jsonl"
     write_jsonl(path, [stream(GAP, stream_id="a", start_ms=start_ms)])
