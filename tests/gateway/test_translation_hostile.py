@@ -16,14 +16,13 @@ from aiohttp import web
 
 from steadystream import EventKind
 from steadystream.gateway import GatewayServer
-from steadystream.gateway.line import line_build
 from steadystream.gateway.requests import ApiError
-from steadystream.gateway.translation import chat_request, stream_translator
+from steadystream.gateway.translation import chat_request
 from steadystream.protocol.chunks import parse_chunk
 from steadystream.protocol.sse import DONE
 from tests.support.gateway import gateway_config, post
 from tests.support.threaded_app import ThreadedApp
-from tests.support.translation import REQUEST, client_events
+from tests.support.translation import translate
 
 pytestmark = pytest.mark.integration
 
@@ -117,19 +116,8 @@ def anthropic_client(gw: GatewayServer) -> anthropic.Anthropic:
 
 
 def translate_kept(route: str, reads: list[bytes]) -> list[dict[str, Any]]:
-    """The client's events for ``reads``, the pieces carrying their payloads (as the line
-    keeps them for a slow path), each event checked against its SDK's types."""
-    translator = stream_translator(
-        route, "r1", model="m", created=5, request=REQUEST, max_text=1 << 20
-    )
-    cutter = line_build().EventCutter(keep_raw=True)
-    out = b""
-    for data in reads:
-        for piece in cutter.feed(data).pieces:
-            rewritten = translator.rewrite(piece)
-            assert rewritten is not None
-            out += rewritten.raw
-    return client_events(route, out)
+    """The client's events for ``reads``, the pieces carrying their payloads."""
+    return translate(route, reads, keep_raw=True)
 
 
 def texts(events: list[dict[str, Any]]) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from steadystream.gateway.translation import chat_request, stream_translator, wh
 from steadystream.protocol import new_decoder
 from steadystream.protocol.chunks import chat_chunk, encode_chunk, usage_chunk
 from steadystream.protocol.sse import DONE
-from tests.support.translation import REQUEST, RESPONSES_EVENT, client_events
+from tests.support.translation import REQUEST, RESPONSES_EVENT, client_events, translate
 
 
 def chunk(**delta: Any) -> bytes:
@@ -51,23 +51,6 @@ def answer(*texts: str, finish: str = "stop", reasoning: tuple[str, ...] = ()) -
         usage(11, len(reasoning) + len(texts)),
         DONE,
     ]
-
-
-def translate(route: str, reads: list[bytes], *, max_text: int = 1 << 20) -> list[dict[str, Any]]:
-    """The client's events for ``reads``, each checked against its SDK's types."""
-    translator = stream_translator(
-        route, "r1", model="m", created=5, request=REQUEST, max_text=max_text
-    )
-    cutter = line_build().EventCutter(keep_raw=False)
-    out = b""
-    for data in reads:
-        for piece in cutter.feed(data).pieces:
-            rewritten = translator.rewrite(piece)
-            assert rewritten is not None
-            assert rewritten.kind is piece.kind
-            assert rewritten.text == piece.text
-            out += rewritten.raw
-    return client_events(route, out)
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

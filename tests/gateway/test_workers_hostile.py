@@ -90,6 +90,23 @@ def test_a_second_gateway_cannot_bind_the_port_while_the_first_ones_workers_star
 # -- reloads ------------------------------------------------------------------------------------
 
 
+def supervise(
+    drive: Callable[[], None], config: GatewayConfig, worker: object, **kw: object
+) -> None:
+    """Run the real supervisor here on a bound socket, while ``drive`` (in a thread) signals
+    this process; the socket is closed after."""
+    from steadystream.gateway import workers
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        driver = threading.Thread(target=drive)
+        driver.start()
+        try:
+            workers.serve_workers(config, sock, worker, **kw)  # type: ignore[arg-type]
+        finally:
+            driver.join(timeout=30)
+
+
 def idle_worker(*args: object, **kwargs: object) -> None:
     """A worker's serving, replaced: wait for the parent's SIGTERM (the default ends us)."""
     time.sleep(60)
@@ -126,14 +143,7 @@ def test_a_reload_that_fails_in_an_unmapped_way_keeps_the_workers(
         finally:
             os.kill(me, signal.SIGTERM)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        workers.serve_workers(config, sock, idle_worker, reload=reload)
-    finally:
-        driver.join(timeout=30)
+    supervise(drive, config, idle_worker, reload=reload)
     assert asked.is_set()
     assert len(spawned) == 2  # the reload forked nothing, and stopped nothing before the stop
     err = capfd.readouterr().err
@@ -267,14 +277,7 @@ def test_a_stop_that_reaches_a_worker_as_it_is_forked_ends_it(
         finally:
             os.kill(me, signal.SIGTERM)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        workers.serve_workers(config_from_mapping(TWO), sock, marking_worker)
-    finally:
-        driver.join(timeout=30)
+    supervise(drive, config_from_mapping(TWO), marking_worker)
     assert not first_served()
     assert len(forked) == 3  # the second worker, and the first one's replacement
 

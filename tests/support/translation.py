@@ -28,3 +28,29 @@ def client_events(route: str, data: bytes) -> list[dict[str, Any]]:
         assert adapter.validate_python(obj).type == obj["type"]
         events.append(obj)
     return events
+
+
+def translate(
+    route: str, reads: list[bytes], *, keep_raw: bool = False, max_text: int = 1 << 20
+) -> list[dict[str, Any]]:
+    """The client's events for ``reads``: chat bytes cut by the line's cutter, each piece
+    through a translator, each event checked against its SDK's types. ``keep_raw``: the
+    pieces carry their payloads (as the line keeps them for a translated attempt); without,
+    each rewritten piece is of its piece's kind and text."""
+    from steadystream.gateway.line import line_build
+    from steadystream.gateway.translation import stream_translator
+
+    translator = stream_translator(
+        route, "r1", model="m", created=5, request=REQUEST, max_text=max_text
+    )
+    cutter = line_build().EventCutter(keep_raw=keep_raw)
+    out = b""
+    for data in reads:
+        for piece in cutter.feed(data).pieces:
+            rewritten = translator.rewrite(piece)
+            assert rewritten is not None
+            if not keep_raw:
+                assert rewritten.kind is piece.kind
+                assert rewritten.text == piece.text
+            out += rewritten.raw
+    return client_events(route, out)

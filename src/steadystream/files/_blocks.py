@@ -143,39 +143,38 @@ def array_fault(
     A time below ``least_ns`` is one before the request was sent (readers pass
     ``-SKEW_NS``, see ``steadystream.timeline``; writers 0)."""
     ends = np.cumsum(lengths)
+
+    def place(at: int) -> tuple[int, int]:
+        """The stream of the block's ``at``-th time, and its event's index in it."""
+        stream = int(np.searchsorted(ends, at, side="right"))
+        return stream, at - (int(ends[stream]) - lengths[stream])
+
     if times.size > 1:
         back = times[1:] < times[:-1]
         joins = ends[:-1]
         back[joins[(joins > 0) & (joins < times.size)] - 1] = False  # pairs across two streams
         if back.any():
             at = int(np.argmax(back)) + 1
-            stream = int(np.searchsorted(ends, at, side="right"))
-            event = at - (int(ends[stream]) - lengths[stream])
+            stream, event = place(at)
             back_step = f"event {event} at {times[at]} ns follows {times[at - 1]} ns"
             return stream, "times", f"times must not decrease: {back_step}"
     if times.size and times.min() < least_ns:  # (times do not decrease: a first is its least)
         at = int(np.argmax(times < least_ns))
-        stream = int(np.searchsorted(ends, at, side="right"))
-        event = at - (int(ends[stream]) - lengths[stream])
+        stream, event = place(at)
         return (
             stream,
             "times",
-            (
-                f"times must not be negative (they count from the request sent): "
-                f"event {event} at {times[at]} ns"
-            ),
+            f"times must not be negative (they count from the request sent): "
+            f"event {event} at {times[at]} ns",
         )
     if times.size and times.max() >= TIME_LIMIT_NS:
         at = int(np.argmax(times >= TIME_LIMIT_NS))
-        stream = int(np.searchsorted(ends, at, side="right"))
-        event = at - (int(ends[stream]) - lengths[stream])
+        stream, event = place(at)
         return (
             stream,
             "times",
-            (
-                f"times must be below 2**63 - {SKEW_NS} ns (so that every gap fits in 64 bits):"
-                f" event {event} at {times[at]} ns"
-            ),
+            f"times must be below 2**63 - {SKEW_NS} ns (so that every gap fits in 64 bits):"
+            f" event {event} at {times[at]} ns",
         )
     for name, array in counts.items():
         if array.size and (array.min() < 0 or array.max() > INT32_MAX):
