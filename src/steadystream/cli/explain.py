@@ -116,17 +116,12 @@ def explain(
 def _not_an_input(prometheus: Path, inputs: list[Path]) -> None:
     """Refuse a ``--prometheus`` file that is one of the files read: it would be replaced."""
     from steadystream._exceptions import InputError
+    from steadystream.cli._outputs import is_one_of
     from steadystream.engine_metrics import sidecar_path
 
-    if not prometheus.is_file():
-        return
-    for path in [*inputs, *(sidecar_path(p) for p in inputs[:1])]:
-        try:
-            same = os.path.samefile(prometheus, path)
-        except OSError:  # (not there: reading it says so)
-            continue
-        if same:
-            raise InputError(f"--prometheus: {str(prometheus)!r} is a file explain reads")
+    read = [*inputs, *(sidecar_path(p) for p in inputs[:1])]  # (the engine metrics beside)
+    if prometheus.is_file() and is_one_of(prometheus, read):
+        raise InputError(f"--prometheus: {str(prometheus)!r} is a file explain reads")
 
 
 def _export(

@@ -106,21 +106,9 @@ def glass(
 def _check_output(output: Path, replay_run: Path) -> None:
     """Refuse an output the timelines cannot be written to, or that is the recorded run
     replayed (it would be replaced by the glass runs)."""
-    import os
-
     from steadystream._exceptions import InputError
-    from steadystream.files import TIMELINE_SUFFIXES
+    from steadystream.cli._outputs import timeline_output_problem
 
-    problem = None
-    if not output.name.endswith(TIMELINE_SUFFIXES):
-        problem = f"name a timeline file ({', '.join(TIMELINE_SUFFIXES)})"
-    elif output.is_dir():
-        problem = "a folder; name a timeline file"
-    elif output.exists() and not output.is_file():
-        problem = "not a regular file (a FIFO would hang the write)"
-    elif not output.parent.is_dir():
-        problem = f"its folder {output.parent} does not exist"
-    elif output.exists() and replay_run.exists() and os.path.samefile(output, replay_run):
-        problem = "it is the recorded run replayed here: name another file"
+    problem = timeline_output_problem(output, [replay_run], "the recorded run replayed here")
     if problem is not None:
         raise InputError(f"--output {output}: {problem}")

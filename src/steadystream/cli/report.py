@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -131,10 +130,11 @@ def report(
 
 def _unwritable(output: Path, inputs: list[Path]) -> str | None:
     """Why the report cannot be written to ``output``, or None."""
+    from steadystream.cli._outputs import is_one_of
     from steadystream.engine_metrics import sidecar_path
 
     read = [*inputs, *(sidecar_path(p) for p in inputs[:1])]  # (the engine metrics beside)
-    if output.is_file() and any(_same_file(output, p) for p in read):
+    if output.is_file() and is_one_of(output, read):
         return "that is a file the report reads; name another file"
     if output.is_dir():
         return "a folder; name the report's file"
@@ -143,10 +143,3 @@ def _unwritable(output: Path, inputs: list[Path]) -> str | None:
     if not output.parent.is_dir():
         return f"its folder {output.parent} does not exist"
     return None
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # (b missing: reading it will say so)
-        return False

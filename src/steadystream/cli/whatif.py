@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -118,28 +117,12 @@ def _check_targets(targets: list[Path], inputs: list[Path]) -> None:
     """Refuse an output the paced timelines cannot be written to, or that would replace a
     recorded run read here (the recording would be lost, replaced by its paced copy)."""
     from steadystream._exceptions import InputError
+    from steadystream.cli._outputs import timeline_output_problem
 
     for target in targets:
-        problem = None
-        if not target.name.endswith(_TIMELINE_SUFFIXES):
-            problem = f"name a timeline file ({', '.join(_TIMELINE_SUFFIXES)})"
-        elif target.is_dir():
-            problem = "a folder; name a timeline file"
-        elif target.exists() and not target.is_file():
-            problem = "not a regular file (a FIFO would hang the write)"
-        elif not target.parent.is_dir():
-            problem = f"its folder {target.parent} does not exist"
-        elif target.exists() and any(_same_file(target, source) for source in inputs):
-            problem = "it is one of the recorded runs read here: name another file"
+        problem = timeline_output_problem(target, inputs, "one of the recorded runs read here")
         if problem is not None:
             raise InputError(f"--output {target}: {problem}")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (or is not a file path)
-        return False
 
 
 def _numbered(output: Path, index: int, name: str) -> Path:
