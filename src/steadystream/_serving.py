@@ -109,7 +109,10 @@ class BackgroundServer:
                 failure.append(exc)
             finally:
                 ready.set()
-                loop.close()
+                try:
+                    _wind_down(loop)
+                finally:
+                    loop.close()
 
         self._thread = threading.Thread(target=run, name=f"{self.name}-{self.port}", daemon=True)
         self._thread.start()
@@ -156,6 +159,28 @@ class BackgroundServer:
                 thread.join(timeout=5)
         self._thread = None
         self.loop = None
+
+
+# How long what the app left running gets to finish once cancelled, at the server's stop.
+_WIND_DOWN_S = 5.0
+
+
+def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is still running on ``loop`` once uvicorn has returned, and let it end
+    on the live loop, as ``asyncio.run`` does.
+
+    uvicorn cancels the requests that outlive its graceful shutdown and returns without
+    waiting for them; a task left pending is collected later, its ``finally`` (which closes
+    its connections) never run on a loop, its sockets unclosed. Its transports must also be
+    let go before the loop closes: uvloop refuses to close with a handle open (EBUSY).
+    """
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=_WIND_DOWN_S))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(asyncio.sleep(0))  # (the transports closed above, let go)
 
 
 _Self = TypeVar("_Self", bound="ServedApp")
