@@ -18,7 +18,14 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http import httptools_impl
 
 from steadystream._serving import BackgroundServer, listening_socket
-from steadystream._uvicorn import KNOWN_VERSIONS, client_link, connection_of, frame, http_protocol
+from steadystream._uvicorn import (
+    KNOWN_VERSIONS,
+    client_link,
+    connection_of,
+    frame,
+    http_protocol,
+    shutting_down,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,3 +130,17 @@ def test_the_protocol_class_extends_what_it_takes_to() -> None:
     init = httptools_impl.HttpToolsProtocol.__init__.__code__.co_names
     for name in ("cycle", "transport", "loop", "scope"):  # set by uvicorn's protocol itself
         assert name in init, name
+
+
+def test_should_exit_is_the_flag_a_signal_sets_and_a_shutdown_is_told_by() -> None:
+    # shutting_down() reads uvicorn's own flag: its signal handler sets it, and its main loop
+    # and shutdown are started by it (the gateway ends the streams cancelled then in-band).
+    server = uvicorn.Server(uvicorn.Config(_app(_Seen(), [])))
+    asked = shutting_down(server)
+    assert server.should_exit is False
+    assert asked() is False
+    server.handle_exit(15, None)  # (SIGTERM, as uvicorn's capture_signals hands it on)
+    assert server.should_exit is True
+    assert asked() is True
+    source = Path(uvicorn.server.__file__).read_text()
+    assert "self.should_exit" in source  # (the main loop's test, and the shutdown's start)

@@ -15,6 +15,8 @@ state), which no release promises to keep: they are reached here and nowhere els
 - :func:`frame`: the one HTTP/1.1 chunk framer (what uvicorn writes for a body send).
 - :func:`http_protocol`: uvicorn's HTTP protocol with the head timeout and HTTP/1.0 framing.
 - :func:`connection_of`: a request's connection among uvicorn's open ones (its client).
+- :func:`shutting_down`: whether the server is shutting down (its requests are cancelled
+  once its graceful time is over).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "connection_of",
     "frame",
     "http_protocol",
+    "shutting_down",
 ]
 
 KNOWN_VERSIONS = ((0, 29), (0, 54))
@@ -86,6 +89,12 @@ def client_link(server: uvicorn.Server) -> Callable[[Scope, Send], ClientLink]:
         return ClientLink(transport, frames and transport is not None)
 
     return find
+
+
+def shutting_down(server: uvicorn.Server) -> Callable[[], bool]:
+    """Whether ``server`` is shutting down: a signal or ``should_exit`` set, uvicorn's own
+    flag for both."""
+    return lambda: bool(server.should_exit)
 
 
 def connection_of(server: uvicorn.Server, scope: Scope) -> Any | None:

@@ -377,8 +377,8 @@ def test_a_killed_worker_a_removed_folder_and_a_stop_with_streams_open(tmp_path:
             wait_for(lambda: streams_total(port) == 4, timeout_s=5)
 
             # SIGTERM with streams open (10 s answers): each ends within uvicorn's two
-            # seconds (cut: docs/deploy.md), and the gateway is gone far within Kubernetes'
-            # 30 s, with status 0.
+            # seconds, in-band with the reason (docs/deploy.md), and the gateway is gone far
+            # within Kubernetes' 30 s, with status 0.
             opened = [start_stream(port, 400) for _ in range(3)]
             for sock in opened:
                 sock.settimeout(10)
@@ -386,7 +386,9 @@ def test_a_killed_worker_a_removed_folder_and_a_stop_with_streams_open(tmp_path:
             stopped = time.monotonic()
             gateway.send_signal(signal.SIGTERM)
             for sock in opened:
-                assert not whole(read_to_end(sock, timeout_s=15))
+                answer = read_to_end(sock, timeout_s=15)
+                assert whole(answer)  # ...not cut short: the error event, then the end
+                assert b'"code":"gateway_shutdown"' in answer
             assert time.monotonic() - stopped < 6
             assert gateway.wait(timeout=20) == 0
             assert time.monotonic() - stopped < 10

@@ -85,6 +85,9 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 _MAX_KEY = 255
 _Endpoint = Callable[[Request], Awaitable[Response]]
 _MODELS_TIMEOUT_S = 3.0
+# At shutdown, how long the streams the server cancelled get to end in-band (relay.py): the
+# write of their last event is bounded at 1 s.
+_REQUESTS_END_S = 2.0
 
 
 def check_startable(config: GatewayConfig, env: Mapping[str, str] | None = None) -> Starlette:
@@ -172,6 +175,11 @@ def create_app(
             async with scraping_upstreams(config):
                 yield
         finally:
+            if state.requests:
+                # Streams the server cancelled as it shut down end in-band (relay.py,
+                # _at_shutdown): their last events and records go out before what they
+                # write to closes, and before a worker's process ends.
+                await asyncio.wait(set(state.requests), timeout=_REQUESTS_END_S)
             try:
                 if own_session and state.pool.session is not None:
                     await state.pool.session.close()

@@ -10,6 +10,7 @@ scrubbed of keys, and counted in ``steadystream_failovers_total`` when the reque
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -74,6 +75,12 @@ class Relay:
         without it (a resumable stream, gateway/resume), False to cancel it now."""
         return False
 
+    async def _at_shutdown(self, send: Send) -> bool:
+        """The server cancelled this request as it shut down (its work is cancelled and
+        done): True when the relay ended the response itself, False to let the cancellation
+        go on (uvicorn then answers 500, or cuts a response already started)."""
+        return False
+
     # -- the request's life -------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -81,6 +88,9 @@ class Relay:
         route = record.labels["route"]
         state.metrics.active.labels(route).inc()
         latency: int | None = None
+        task = asyncio.current_task()
+        if task is not None:
+            state.requests.add(task)
         try:
             noticed = await run_until_disconnect(
                 self._serve(scope, send),
@@ -95,7 +105,14 @@ class Relay:
                 record.error = "the client disconnected"
                 record.meta["cancel_latency_ns"] = latency
                 record.meta["disconnect_ns"] = record.offset(noticed)
+        except asyncio.CancelledError:
+            shutting_down = state.shutting_down
+            if shutting_down is None or not shutting_down() or not await self._at_shutdown(send):
+                raise
+            if task is not None:
+                task.uncancel()  # ended here: no traceback of a cancel in the server's log
         finally:
+            state.requests.discard(task)
             state.metrics.active.labels(route).dec()
             self._finish(latency)
 

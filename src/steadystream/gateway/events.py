@@ -268,6 +268,7 @@ class ChunkFormat:
 _ANTHROPIC_ERRORS = {
     "upstream_stall": "overloaded_error",
     "upstream_overloaded": "overloaded_error",
+    "gateway_shutdown": "overloaded_error",  # (ask again: the SDK's retry takes this one)
 }
 
 

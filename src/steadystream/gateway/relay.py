@@ -63,6 +63,11 @@ from steadystream.shaping import Pacer
 __all__ = ["StreamRelay"]
 
 _DONE_PIECE = Piece(None, "", DONE, len(DONE))  # the gateway's own end of an answer
+SHUTDOWN_MESSAGE = (
+    "the gateway shut down mid-stream (a restart or a scale-down); send the request again"
+)
+# How long the in-band end of a stream cut by a shutdown may take to write.
+_SHUTDOWN_WRITE_S = 1.0
 _DONE_MARK = Piece(None, "", b"", 0)  # the end, its bytes already in the event before it
 _KEEPALIVE_OUT = Out(KEEPALIVE, [Piece(EventKind.KEEPALIVE, "", KEEPALIVE, len(KEEPALIVE))])
 
@@ -575,6 +580,15 @@ class StreamRelay(Relay):
 
     async def _end_with_error(self, message: str, code: str) -> None:
         """End the committed stream with an OpenAI-style error event and ``[DONE]``."""
+        data = self._error_event(message, code)
+        if not self.ctx.buffer.closed:
+            piece = Piece(EventKind.ERROR, "", data, len(data))
+            out = self._stamped(Out(data, [piece, _DONE_MARK]))
+            await self.ctx.buffer.put(out, out.cost, 2)
+
+    def _error_event(self, message: str, code: str) -> bytes:
+        """The in-band error that ends the stream, in its client's dialect; the record, the
+        metrics and the log say so. ``message`` is scrubbed of keys here."""
         message = self.state.pool.redact(message)
         translator = self.translator
         if translator is not None:  # numbered on from what the translator sent
@@ -592,15 +606,32 @@ class StreamRelay(Relay):
             )
         else:
             data = ChunkFormat.error(message, code, self.request.route)
-        piece = Piece(EventKind.ERROR, "", data, len(data))
         self.record.outcome = Outcome.ERROR
         self.record.error = message
         labels = self.record.labels
         self.state.metrics.errors.labels(labels["route"], labels["tenant"], "in_band").inc()
         self.state.log.warning("request %s: %s", self.record.request_id, message)
-        if not self.ctx.buffer.closed:
-            out = self._stamped(Out(data, [piece, _DONE_MARK]))
-            await self.ctx.buffer.put(out, out.cost, 2)
+        return data
+
+    async def _at_shutdown(self, send: Send) -> bool:
+        """The server is shutting down and cancelled this stream (after uvicorn's graceful
+        time): end it in-band, as any failure mid-stream is ended, so the client reads why
+        and may ask again (or resume through another replica), instead of a body cut short.
+        The relay's own ``finally`` has run: the upstream is closed, the writer stopped."""
+        if not self.committed or self.ctx.answered or self.stopped:
+            return False
+        data = self._error_event(SHUTDOWN_MESSAGE, "gateway_shutdown")
+        live = self.live
+        if live is not None:  # (the writer that stamped the stream's events has stopped)
+            data = live.tee.stamp(data)
+        self.ctx.answered = True
+        try:
+            async with asyncio.timeout(_SHUTDOWN_WRITE_S):  # (a client that reads nothing)
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except TimeoutError:
+            pass
+        return True
 
     # -- resume (gateway/resume) ----------------------------------------------------------------
 

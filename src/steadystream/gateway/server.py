@@ -31,7 +31,7 @@ from steadystream._exceptions import ConfigError
 from steadystream._gc import quiet_gc
 from steadystream._serving import ServedApp, listening_socket, uvicorn_config
 from steadystream._signals import handling
-from steadystream._uvicorn import client_link, http_protocol
+from steadystream._uvicorn import client_link, http_protocol, shutting_down
 from steadystream.gateway.app import check_startable, create_app
 from steadystream.gateway.config import GatewayConfig
 from steadystream.gateway.recording import TimelineSink
@@ -125,6 +125,7 @@ def serve_on(
     uv_config.http = http_protocol(config.server.header_timeout / 1e9)
     server = uvicorn.Server(uv_config)
     app.state.gateway.client_link = client_link(server)
+    app.state.gateway.shutting_down = shutting_down(server)
     quiet_gc()  # the process is this server's (GatewayServer, a thread, leaves it be)
     server.run(sockets=[sock])
 
@@ -160,4 +161,5 @@ class GatewayServer(ServedApp):
 
     def _attach(self, server: uvicorn.Server) -> None:
         self.state.client_link = client_link(server)
+        self.state.shutting_down = shutting_down(server)
         server.config.http = http_protocol(self.state.config.server.header_timeout / 1e9)

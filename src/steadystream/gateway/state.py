@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.types import Scope, Send
 
@@ -40,6 +42,12 @@ class GatewayState:
     (``GatewayServer`` and ``serve`` can, through steadystream/_uvicorn.py): the line writes
     to it without a hop through the buffer while its write buffer is empty, in chunks where
     uvicorn frames the response so, and the relay drops a stuck client's connection."""
+    shutting_down: Callable[[], bool] | None = None
+    """Whether the server that runs the app is shutting down (steadystream/_uvicorn.py): a
+    stream it cancels then is ended in-band, with a reason, not cut short."""
+    requests: set[asyncio.Task[Any]] = field(default_factory=set)
+    """The generation requests being served: the app's shutdown waits for those the server
+    cancelled to end (in-band) before it closes what they record to."""
     glass_tokens: GlassTokens | None = None
     """With ``glass.accept``: the token each answer carries for its page's glass report."""
     telemetry: GatewayTelemetry | None = None
