@@ -21,6 +21,7 @@ import asyncio
 import fcntl
 import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -81,22 +82,46 @@ def is_engine_metrics(name: str) -> bool:
     )
 
 
-def parse_exposition(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> one value per series name, summed over label sets."""
-    from prometheus_client.parser import text_string_to_metric_families
+# One sample line of Prometheus' text format (0.0.4): a name, its labels (a quoted value may
+# hold '}', ',' or spaces, and escapes), the value, and an optional timestamp. Each branch of
+# the labels starts with its own character: the match is linear in the line.
+_SAMPLE = re.compile(
+    rb"[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*"
+    rb'(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
+    rb"[ \t]*([^ \t\r]+)(?:[ \t]+[^ \t\r]+)?[ \t\r]*"
+)
 
+
+def parse_exposition(text: str | bytes) -> dict[str, float]:
+    """Prometheus text exposition -> one value per series name, summed over label sets.
+
+    A line at a time with one compiled pattern: prometheus_client's parser took 28 ms for
+    a vLLM endpoint's 40 KB (12 histograms) and 2.5 s for 8 MiB, every 100 ms, on the loop
+    that relays the streams being measured. Raises :class:`InputError` at the first line
+    that is no sample, comment or blank.
+    """
+    data = text.encode() if isinstance(text, str) else text
     values: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = sample.name
-                if name.endswith(("_bucket", "_created")) or not math.isfinite(sample.value):
-                    continue
-                if name not in values and len(values) >= MAX_SERIES:
-                    continue
-                values[name] = values.get(name, 0.0) + float(sample.value)
-    except ValueError as exc:
-        raise InputError(f"not Prometheus text: {exc}") from exc
+    sample = _SAMPLE.fullmatch
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line or line[:1] == b"#" or line.isspace():
+            continue
+        found = sample(line)
+        if found is None:
+            raise InputError(f"not Prometheus text: line {number} is no sample")
+        name_bytes, value_bytes = found.groups()
+        try:
+            value = float(value_bytes)
+        except ValueError:
+            raise InputError(f"not Prometheus text: line {number} has no number") from None
+        if not math.isfinite(value):
+            continue
+        name = name_bytes.decode()
+        if name.endswith(("_bucket", "_created")):
+            continue
+        if name not in values and len(values) >= MAX_SERIES:
+            continue
+        values[name] = values.get(name, 0.0) + value
     return values
 
 
@@ -239,7 +264,8 @@ class EngineScraper:
                     return None
                 body = await response.content.read(MAX_BODY_BYTES)
             received = self._wall()
-            return (sent + received) / 2, parse_exposition(body.decode("utf-8", "replace"))
+            # Off the loop: the streams it relays or measures must not wait on a large page.
+            return (sent + received) / 2, await asyncio.to_thread(parse_exposition, body)
         except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
             return None
 
