@@ -44,6 +44,7 @@ from steadystream.bench.disconnect import (
     DisconnectPlan,
     EventIds,
     Reconnect,
+    id_problem,
     resume_headers,
     resume_path,
 )
@@ -291,7 +292,8 @@ class StreamClient:
     ) -> None:
         """Read to the drop point, close, wait ``back``, and read the rest of the stream
         from ``GET /v1/streams/{id}`` with ``Last-Event-ID`` over a new connection."""
-        stream_id = head.headers.get(STREAM_ID_HEADER)
+        # (an empty name names no stream: the path would be the streams' own)
+        stream_id = head.headers.get(STREAM_ID_HEADER, "").strip() or None
         clock = self.clock
         if plan.after.after_tokens is not None:
             state.end_ns = await self._read(conn, state, drop_after=plan.after.after_tokens)
@@ -305,13 +307,24 @@ class StreamClient:
             dropped = closed
         ids = state.ids
         assert ids is not None
-        reconnect = Reconnect(dropped - state.sent_ns, ids.last)
+        # (an empty id is none: SSE sends no Last-Event-ID then, and asks from the start)
+        last_id = ids.last or None
+        reconnect = Reconnect(dropped - state.sent_ns, last_id)
         state.reconnects.append(reconnect)
         if stream_id is None:
             reconnect.error = (
                 f"the response named no stream ({STREAM_ID_HEADER}): --disconnect needs a"
                 " server that keeps streams, a steadystream gateway with resume on"
             )
+        else:
+            reconnect.error = id_problem(
+                stream_id, f"the stream's name ({STREAM_ID_HEADER})", header=False
+            )
+        if reconnect.error is None and last_id is not None:
+            problem = id_problem(last_id, "the last event's id")
+            if problem is not None:
+                reconnect.error = f"{problem}: it cannot be sent back as Last-Event-ID"
+        if reconnect.error is not None or stream_id is None:
             state.finish(dropped, Outcome.ERROR, reconnect.error)
             return
         await clock.sleep_until(dropped + plan.back_ns)
@@ -329,11 +342,15 @@ class StreamClient:
                 read_timeout_s=self.read_timeout_s,
                 resolve=self.resolve,
             )
-            reconnect.asked_ns = await again.send("GET", resume_headers(headers, ids.last))
+            reconnect.asked_ns = await again.send("GET", resume_headers(headers, last_id))
             reconnect.asked_ns -= state.sent_ns
             head = await again.head()
             reconnect.status = head.status
             refusal = await _refusal(again, head, self.endpoint)
+            named = head.headers.get(STREAM_ID_HEADER)
+            if refusal is None and named is not None and named.strip() != stream_id:
+                # (its events' ids are another stream's numbers: a jump would read as losses)
+                refusal = f"the answer named another stream ({STREAM_ID_HEADER})"
             if refusal is not None:
                 reconnect.error = refusal
                 state.finish(
@@ -350,8 +367,10 @@ class StreamClient:
                     "the return's events carry no ids: what it lost or doubled cannot be told"
                 )
             # A return that brings the events kept and then an error (a stream the gateway
-            # cut while no one read) is no clean reconnect: its entry says why.
-            state.finish(state.end_ns, None, None)
+            # cut while no one read) is no clean reconnect: its entry says why. (One the
+            # client closed, past the events a stream is read for, is finished already.)
+            if state.timeline is None:
+                state.finish(state.end_ns, None, None)
             assert state.timeline is not None
             if state.timeline.outcome is not Outcome.COMPLETE:
                 reconnect.error = f"the stream after the return: {state.timeline.error}"
@@ -359,7 +378,10 @@ class StreamClient:
             reconnect.error = str(exc)
             raise
         finally:
-            reconnect.lost, reconnect.doubled = ids.lost - lost, ids.doubled - doubled
+            # (an event lost before the drop that the return brought late is no loss of the
+            # return's, and no count is below none)
+            reconnect.lost = max(ids.lost - lost, 0)
+            reconnect.doubled = ids.doubled - doubled
             if again is not None:
                 again.close()
 
@@ -398,7 +420,15 @@ def _interrupted(sent: Sent, plan: DisconnectPlan, state: AttemptState) -> None:
 
 
 async def _refusal(conn: StampedConnection, head: ResponseHead, endpoint: Endpoint) -> str | None:
-    """Why a response cannot be a stream (HTTP error, not an event stream), or None."""
+    """Why a response cannot be a stream (HTTP error, redirect, not an event stream), or None."""
+    if 300 <= head.status < 400:
+        # Not followed: the body of a redirect is no answer to the request, whatever it holds.
+        # (Where it points is not said: a server may put a credential in it.)
+        await conn.read_body(_ERROR_BODY_LIMIT)
+        return (
+            f"HTTP {head.status} {head.reason}".rstrip()
+            + ": a redirect, which bench does not follow; give the URL it points to"
+        )
     if head.status >= 400:
         body = await conn.read_body(_ERROR_BODY_LIMIT)
         message = f"HTTP {head.status} {head.reason}".rstrip() + _server_message(body)

@@ -17,9 +17,10 @@ never dropped (:func:`reconnect_summary`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -39,6 +40,7 @@ __all__ = [
     "EventIds",
     "Reconnect",
     "ReconnectSummary",
+    "id_problem",
     "reconnect_summary",
     "resume_headers",
     "resume_path",
@@ -49,6 +51,10 @@ _DEFAULT_BACK_NS = 2_000 * NS_PER_MS
 _KEYS = ("after", "back", "share")
 _EXAMPLE = "example: after=40tok,back=2s,share=0.25"
 _MAX_SPEC_CHARS = 200
+# A stream's id and its events' ids go back to the server (in the path, in Last-Event-ID) and
+# the last event's into the record: a gateway's are a uuid's hex and a sequence number.
+_MAX_ID_CHARS = 1024
+_MAX_GAPS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,16 @@ def _share(value: str) -> float:
     return share
 
 
+def id_problem(value: str, what: str, *, header: bool = True) -> str | None:
+    """Why an id the server gave cannot go back to it, or None: a long one, and for a
+    ``header`` (Last-Event-ID) one that is not printable ASCII."""
+    if len(value) > _MAX_ID_CHARS:
+        return f"{what} is {len(value):,} characters long (at most {_MAX_ID_CHARS:,})"
+    if header and not (value.isascii() and value.isprintable()):
+        return f"{what} holds characters a header cannot carry (printable ASCII only)"
+    return None
+
+
 def resume_path(request_path: str, api_path: str, stream_id: str) -> str:
     """The kept stream's path beside the request's: ``/v1/chat/completions`` -> ``/v1/streams/ID``.
 
@@ -159,7 +175,7 @@ class Reconnect:
             "dropped_ms": ms(self.dropped_ns),
             "asked_ms": ms(self.asked_ns),
             "first_ms": ms(self.first_ns),
-            "last_event_id": self.last_event_id,
+            "last_event_id": _shown_id(self.last_event_id),
             "status": self.status,
             "events_after": self.replayed,
             "lost": self.lost,
@@ -172,13 +188,22 @@ class Reconnect:
         return meta
 
 
+def _shown_id(event_id: str | None) -> str | None:
+    """An id as the record keeps it: one past any gateway's length is cut (its reconnect's
+    error says so), or every record would hold what a hostile server made up."""
+    if event_id is None or len(event_id) <= _MAX_ID_CHARS:
+        return event_id
+    return event_id[: _MAX_ID_CHARS - 3] + "..."
+
+
 @dataclass(slots=True)
 class EventIds:
     """The ids a stream's events carried, to say what a return lost or doubled.
 
     Ids are opaque to a client in general; the gateway's are decimal sequence numbers, rising
     by one, so a jump is events lost and an id at or below the highest seen is an event
-    doubled. Other ids are not judged.
+    doubled, unless it is one a jump skipped: that one came late, and is no longer lost.
+    Other ids are not judged.
     """
 
     last: str | None = None
@@ -187,6 +212,9 @@ class EventIds:
     doubled: int = 0
     _high: int | None = None
     _numeric: bool = True
+    # The ids jumps skipped, as (first, last) ranges, lowest first; the oldest go past
+    # _MAX_GAPS (a server that skips that often: its late events then count as doubled).
+    _gaps: list[tuple[int, int]] = field(default_factory=list)
     # The connection's last event, its id and data: an event with no id: line of its own
     # carries the last id over (SSE's last event id), as the gateway's closing in-band error
     # does. The same id on other data is that; on the same data, an event sent twice.
@@ -212,16 +240,39 @@ class EventIds:
                 continue  # (an id carried over, not an event of its own)
             self.seen += 1
             self.last = event_id
-            if not (self._numeric and event_id.isdecimal() and len(event_id) <= 18):
+            if not (
+                self._numeric
+                and event_id.isascii()
+                and event_id.isdecimal()
+                and len(event_id) <= 18
+            ):
                 self._numeric = False
                 continue
             number, high = int(event_id), self._high
             if high is not None and number <= high:
-                self.doubled += 1
+                if self._came_late(number):
+                    self.lost -= 1
+                else:
+                    self.doubled += 1
                 continue
             if high is not None and number > high + 1:
                 self.lost += number - high - 1
+                self._gaps.append((high + 1, number - 1))
+                if len(self._gaps) > _MAX_GAPS:
+                    del self._gaps[0]
             self._high = number
+
+    def _came_late(self, number: int) -> bool:
+        """Whether ``number`` is one a jump skipped; if so it is taken out of its gap."""
+        gaps = self._gaps
+        at = bisect.bisect_right(gaps, (number, math.inf)) - 1
+        if at < 0 or gaps[at][1] < number:
+            return False
+        first, last = gaps[at]
+        gaps[at : at + 1] = [
+            gap for gap in ((first, number - 1), (number + 1, last)) if gap[0] <= gap[1]
+        ]
+        return True
 
 
 @dataclass(frozen=True, slots=True)
