@@ -22,6 +22,7 @@ from steadystream.gateway import GatewayServer
 from steadystream.lab import LabServer
 from steadystream.protocol import SseEvent, new_decoder
 from tests.support.gateway import MemorySink, chat_body, finished_truth, gateway_config, upstream
+from tests.support.resume import read_stream
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ ROUTES: dict[str, dict[str, Any]] = {
 
 
 def _stream_across_a_stop(
-    gw: GatewayServer, path: str, body: dict[str, Any], request_id: str
+    gw: GatewayServer, path: str, body: dict[str, Any] | None, request_id: str
 ) -> tuple[list[SseEvent], bool, list[str]]:
     """Read a stream; once a few events came, stop the gateway (in a thread, as a SIGTERM
     would) and read on to the end. The events, whether the body ended properly, and what
@@ -60,9 +61,9 @@ def _stream_across_a_stop(
     ended_properly = False
     try:
         connection.request(
-            "POST",
+            "GET" if body is None else "POST",
             path,
-            body=orjson.dumps(body),
+            body=None if body is None else orjson.dumps(body),
             headers={"Content-Type": "application/json", "X-Request-Id": request_id},
         )
         response = connection.getresponse()
@@ -126,3 +127,30 @@ def test_a_stream_open_at_shutdown_ends_in_band_with_the_reason(
     err = capfd.readouterr().err
     assert "Exception in ASGI application" not in err
     assert "CancelledError" not in err
+
+
+def test_a_resumed_reader_following_a_stream_at_shutdown_is_told_in_band(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The stream's own client left (resume's grace keeps the generation); a reader came back
+    # through GET /v1/streams/{id} and follows it live when the gateway stops.
+    with LabServer("steady") as lab:
+        gw = GatewayServer(gateway_config(upstream(lab, "lab"), watchdog=PATIENT))
+        gw.start()
+        try:
+            first = read_stream(
+                gw.url, "POST", "/v1/chat/completions", chat_body(LONG), leave_after=3
+            )
+            assert first.stream_id is not None
+            events, ended_properly, stop_failed = _stream_across_a_stop(
+                gw, f"/v1/streams/{first.stream_id}", None, "follower"
+            )
+        finally:
+            gw.stop()
+    assert stop_failed == []
+    assert ended_properly, "the body was cut short"
+    payloads = [e.data for e in events if e.data != "[DONE]"]
+    assert orjson.loads(payloads[-1])["error"]["code"] == "gateway_shutdown"
+    assert sum("gateway_shutdown" in data for data in payloads) == 1  # (told once)
+    err = capfd.readouterr().err
+    assert "Exception in ASGI application" not in err

@@ -31,6 +31,8 @@ from steadystream.protocol.sse import DONE, encode_comment
 
 __all__ = [
     "KEEPALIVE",
+    "SHUTDOWN_MESSAGE",
+    "SHUTDOWN_WRITE_S",
     "SSE_HEADERS",
     "ChunkFormat",
     "Failure",
@@ -48,6 +50,12 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),  # (nginx: do not buffer this response)
 ]
 """The headers of every event stream the gateway answers (a relay's, a replay's)."""
+SHUTDOWN_MESSAGE = (
+    "the gateway shut down mid-stream (a restart or a scale-down); send the request again"
+)
+"""The in-band error of a stream still open when the server stops (code gateway_shutdown)."""
+SHUTDOWN_WRITE_S = 1.0
+"""How long that error may take to write (a client that reads nothing)."""
 _ENVELOPE_KEYS = ("id", "created", "model")
 _CONTENT = EventKind.CONTENT  # (an enum's member read per event costs a lookup through its class)
 

@@ -36,6 +36,8 @@ from steadystream.gateway.config import UpstreamConfig
 from steadystream.gateway.context import Out, StreamContext
 from steadystream.gateway.events import (
     KEEPALIVE,
+    SHUTDOWN_MESSAGE,
+    SHUTDOWN_WRITE_S,
     SSE_HEADERS,
     ChunkFormat,
     Failure,
@@ -63,11 +65,6 @@ from steadystream.shaping import Pacer
 __all__ = ["StreamRelay"]
 
 _DONE_PIECE = Piece(None, "", DONE, len(DONE))  # the gateway's own end of an answer
-SHUTDOWN_MESSAGE = (
-    "the gateway shut down mid-stream (a restart or a scale-down); send the request again"
-)
-# How long the in-band end of a stream cut by a shutdown may take to write.
-_SHUTDOWN_WRITE_S = 1.0
 _DONE_MARK = Piece(None, "", b"", 0)  # the end, its bytes already in the event before it
 _KEEPALIVE_OUT = Out(KEEPALIVE, [Piece(EventKind.KEEPALIVE, "", KEEPALIVE, len(KEEPALIVE))])
 
@@ -626,7 +623,7 @@ class StreamRelay(Relay):
             data = live.tee.stamp(data)
         self.ctx.answered = True
         try:
-            async with asyncio.timeout(_SHUTDOWN_WRITE_S):  # (a client that reads nothing)
+            async with asyncio.timeout(SHUTDOWN_WRITE_S):  # (a client that reads nothing)
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except TimeoutError:

@@ -46,8 +46,8 @@ class GatewayState:
     """Whether the server that runs the app is shutting down (steadystream/_uvicorn.py): a
     stream it cancels then is ended in-band, with a reason, not cut short."""
     requests: set[asyncio.Task[Any]] = field(default_factory=set)
-    """The generation requests being served: the app's shutdown waits for those the server
-    cancelled to end (in-band) before it closes what they record to."""
+    """The streams being served (generations, resumed readers): the app's shutdown waits for
+    those the server cancelled to end in-band before it closes what they record to."""
     glass_tokens: GlassTokens | None = None
     """With ``glass.accept``: the token each answer carries for its page's glass report."""
     telemetry: GatewayTelemetry | None = None

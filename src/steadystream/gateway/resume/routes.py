@@ -33,7 +33,14 @@ from steadystream._api_errors import ApiError, ErrorShape, json_response
 from steadystream._clock import Clock
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
-from steadystream.gateway.events import KEEPALIVE, SSE_HEADERS, ChunkFormat, encode_event
+from steadystream.gateway.events import (
+    KEEPALIVE,
+    SHUTDOWN_MESSAGE,
+    SHUTDOWN_WRITE_S,
+    SSE_HEADERS,
+    ChunkFormat,
+    encode_event,
+)
 from steadystream.gateway.requests import error_shape, new_request_id
 from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
@@ -181,7 +188,10 @@ async def serve_replay(
     if live is not None:
         live.reader_came()
     state.metrics.resumes.labels(info.route, how).inc()
-    done = False
+    done = started = over = False  # (over: every event of the stream went out)
+    # The Responses API's error event is numbered on from the last event the reader has
+    # (its sequence_number; event N of a stream is sequence_number N - 1).
+    sequence = max(after - 1, -1 if after_sequence is None else after_sequence)
     link = None if state.client_link is None else state.client_link(scope, send)
     transport = None if link is None else link.transport
     stuck = StuckReader(state.clock, limits.stuck_timeout, lambda: unsent_bytes(transport))
@@ -195,7 +205,7 @@ async def serve_replay(
         stuck.sent()
 
     async def work() -> None:
-        nonlocal done
+        nonlocal done, started, over, sequence
         stuck.watch()
         headers = [
             *SSE_HEADERS,
@@ -203,11 +213,9 @@ async def serve_replay(
             (STREAM_ID_HEADER.lower().encode(), stream_id.encode()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        started = True
         replayed = True  # the first events are the ones kept before the reader came
         skip = after_sequence
-        # The Responses API's error event is numbered on from the last event the reader
-        # has (its sequence_number; event N of a stream is sequence_number N - 1).
-        sequence = max(after - 1, -1 if skip is None else skip)
         numbered = info.route == "responses"
         try:
             async for chunk in events:
@@ -228,8 +236,10 @@ async def serve_replay(
                 if body:
                     await write(body)
         except StreamGone as exc:  # dropped while it was read: say so, in the stream
+            over = True
             await write(_in_band_gone(exc, info.route, sequence + 1))
         else:
+            over = True
             # A stream the gateway cut (DELETE, the grace, a stuck client) has no end of its
             # own in its events: without a word the reader would take the partial for whole.
             ended = await hub.info(stream_id)
@@ -240,8 +250,29 @@ async def serve_replay(
         done = True
         await write(b"", more=False)
 
+    task = asyncio.current_task()
+    if task is not None:  # (the app's shutdown waits for it to end in-band: app.py)
+        state.requests.add(task)
     try:
-        await run_until_disconnect(work(), receive, state.clock, answered=answered)
+        try:
+            await run_until_disconnect(work(), receive, state.clock, answered=answered)
+        except asyncio.CancelledError:
+            # The server is shutting down: the reader is told so in-band, as the stream's
+            # own client is (relay.py), not cut short with no word.
+            shutting_down = state.shutting_down
+            if done or not started or shutting_down is None or not shutting_down():
+                raise
+            done = True
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHUTDOWN_WRITE_S):  # (a reader who reads nothing)
+                    if not over:  # (else its own end went out, the producer's error too)
+                        route, number = info.route, sequence + 1
+                        await write(
+                            _in_band_error(SHUTDOWN_MESSAGE, "gateway_shutdown", route, number)
+                        )
+                    await write(b"", more=False)
+            if task is not None:
+                task.uncancel()  # ended here: no traceback of a cancel in the server's log
         if stuck.cut:
             state.log.info("stream %s: a resumed reader read nothing; cut", stream_id)
             if transport is not None and not transport.is_closing():
@@ -251,6 +282,8 @@ async def serve_replay(
                 for _ in range(3):
                     await asyncio.sleep(0)
     finally:
+        if task is not None:
+            state.requests.discard(task)
         stuck.stop()
         await _close(source)
         if live is not None and not live.reader_left() and live.running:
