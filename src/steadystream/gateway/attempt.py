@@ -24,9 +24,8 @@ from steadystream.gateway.events import Failure, Piece, ReadResult, Rewriter
 from steadystream.gateway.failover import Action, Cause
 from steadystream.gateway.upstreams import ResponseTooLargeError
 from steadystream.gateway.watchdog import Watchdog
-from steadystream.stamped import StampedConnection
 
-__all__ = ["Attempt", "after_finish", "cause_of", "read_attempt"]
+__all__ = ["Attempt", "UpstreamBody", "after_finish", "cause_of", "read_attempt"]
 
 BodySink = Callable[[int, bytes], bool]
 
@@ -45,6 +44,19 @@ class EventCut(Protocol):
     def feed(self, data: bytes) -> ReadResult: ...
 
     def error_at_end(self) -> str: ...
+
+
+class UpstreamBody(Protocol):
+    """What an attempt reads its body from: a :class:`~steadystream.stamped.
+    StampedConnection`, or the stream of a whole answer (gateway/unstreamed.py)."""
+
+    async def stream_body(self, sink: BodySink) -> int: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Attempt:
@@ -85,7 +97,7 @@ class Attempt:
         self.watchdog = watchdog
         self.cutter = cutter  # the events of its body (gateway/line.py)
         self.rewriter: Rewriter | None = None  # a fallback's, or a translation's
-        self.response: StampedConnection | None = None
+        self.response: UpstreamBody | None = None
         self.task: asyncio.Task[Failure | None] | None = None
         self.failure: Failure | None = None  # set by the guard when it stops the reader
         self.action = Action.RETRY

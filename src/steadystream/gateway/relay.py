@@ -29,7 +29,7 @@ from starlette.types import Scope, Send
 
 from steadystream._exceptions import UpstreamError
 from steadystream._types import EventKind, Outcome
-from steadystream.gateway.attempt import Attempt, cause_of, read_attempt
+from steadystream.gateway.attempt import Attempt, UpstreamBody, cause_of, read_attempt
 from steadystream.gateway.base import Relay
 from steadystream.gateway.buffer import StreamBuffer, StuckClient
 from steadystream.gateway.config import UpstreamConfig
@@ -53,6 +53,7 @@ from steadystream.gateway.resume.hub import REFUSED, STREAM_ID_HEADER, LiveStrea
 from steadystream.gateway.state import GatewayState, labels_of
 from steadystream.gateway.translation import StreamTranslator, stream_translator, upstream_api
 from steadystream.gateway.translation.responses import failed_after
+from steadystream.gateway.unstreamed import answered_whole, read_unstreamed
 from steadystream.gateway.upstreams import build_body
 from steadystream.gateway.watchdog import StallKind, Watchdog
 from steadystream.gateway.writers import RawOutlet, unsent_bytes, write_paced, write_raw
@@ -317,7 +318,7 @@ class StreamRelay(Relay):
         body = build_body(self.request, upstream, action, self.ctx.progress)
         watchdog.start(self.clock.now_ns())
         try:
-            response = await self.state.pool.post_stream(
+            connection = await self.state.pool.post_stream(
                 upstream,
                 API_PATHS[api],
                 body,
@@ -326,6 +327,18 @@ class StreamRelay(Relay):
                 timeout_s=watchdog.first_token_ns / 1e9,
                 clock=self.clock,
             )
+            response: UpstreamBody = connection
+            head = await connection.head()
+            if answered_whole(head):  # (a server that does not stream)
+                response = await read_unstreamed(
+                    connection,
+                    api,
+                    name=upstream.name,
+                    limit=config.limits.max_response_bytes,
+                    timeout_s=watchdog.stall_ns / 1e9,
+                    now_ns=self.clock.now_ns,
+                    usage=_asks_usage(body),
+                )
         except UpstreamError as exc:
             info["error"] = self.state.pool.redact(str(exc))
             raise
@@ -662,3 +675,9 @@ class StreamRelay(Relay):
             record.error = "cancelled by the client (DELETE)"
         record.meta["resume_stop_ns"] = record.offset(self.clock.now_ns())
         self._main.cancel()  # ``finally`` closes the upstream
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    """Whether an upstream request asks for the usage chunk at the end of its stream."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
