@@ -151,6 +151,7 @@ def create_app(
     state.model_labels = ModelLabels(
         [*state.pool.models(), *(m for t in config.tenants for m in t.models)],
         config.limits.max_model_labels,
+        redact=state.pool.redact,  # (a key sent as the model never becomes a label)
     )
 
     @contextlib.asynccontextmanager
@@ -318,7 +319,8 @@ class _Generation:
             request_id,
             received,
             {
-                "model": proxy.model,
+                # (a client's key pasted as the model goes in no record, span or log line)
+                "model": state.pool.redact(proxy.model),
                 "route": self.route,
                 "tenant": tenant.name,
                 "upstream": candidates[0].name,

@@ -4,7 +4,9 @@ One ``model`` label value is repeated on every series of the model, so a client 
 random or huge model names could otherwise grow ``/metrics`` without bound. Models named in
 the configuration always have a label of their own; a model an upstream actually served
 (any model, for an upstream with no ``models`` list) gets one while there is room, if its
-name is at most :data:`MAX_MODEL_LABEL_CHARS` long; every other name is ``other``.
+name is at most :data:`MAX_MODEL_LABEL_CHARS` long and holds no key (a client that pastes
+its key as the model, and an upstream that answers any name, would otherwise show the key
+to every reader of ``/metrics``); every other name is ``other``.
 
 The workers of one gateway share the served models: a file (:data:`MODEL_LABELS`) the
 parent makes in the workers' metrics folder (:func:`start_shared_models`), which they read
@@ -20,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -53,10 +56,15 @@ log = logging.getLogger("steadystream.gateway")
 class ModelLabels:
     """The bounded set of model label values (see the module docstring)."""
 
-    __slots__ = ("_full", "_known", "_limit", "_room", "_served", "_shared", "_warned")
+    __slots__ = ("_full", "_known", "_limit", "_redact", "_room", "_served", "_shared", "_warned")
 
-    def __init__(self, configured: list[str], limit: int) -> None:
+    def __init__(
+        self, configured: list[str], limit: int, *, redact: Callable[[str], str] = str
+    ) -> None:
+        """``redact``: the gateway's key scrubber (:meth:`UpstreamPool.redact`); a served
+        name it changes holds a key, and is ``other``."""
         self._known = dict.fromkeys(configured)
+        self._redact = redact
         self._limit = max(limit, len(self._known))
         self._room = self._limit - len(self._known)  # for served models
         self._served: list[str] = []  # served models given a label here, in order
@@ -75,6 +83,8 @@ class ModelLabels:
     def served(self, model: str) -> None:
         """An upstream answered for ``model``: it may have a label of its own."""
         if model in self._known or len(model) > MAX_MODEL_LABEL_CHARS or self._full:
+            return
+        if self._redact(model) != model:  # a key, or a key's start
             return
         if self._shared is not None:
             self._join(model)
@@ -102,9 +112,12 @@ class ModelLabels:
             if names is None:  # gone or damaged: not this worker's to shrink or restart
                 self._warn(path)
                 return
-            # What this worker labels stays in (a file someone replaced is made whole).
-            grown = names + [name for name in self._served if name not in names]
-            if model is not None and model not in grown and len(grown) < self._room:
+            # What this worker labels stays in (a file someone replaced is made whole). A
+            # set, not the list: with a large limit, a scan of it per name and stream stalled
+            # the loop for seconds (every served name is in _known, so model is in neither).
+            there = set(names)
+            grown = names + [name for name in self._served if name not in there]
+            if model is not None and model not in there and len(grown) < self._room:
                 grown.append(model)
             if len(grown) > len(names):
                 write_whole(path, orjson.dumps(grown))
@@ -113,7 +126,8 @@ class ModelLabels:
         finally:
             os.close(lock)  # (and the lock with it)
         for name in grown:
-            self._give(name)
+            if name not in self._known:
+                self._give(name)
 
     def _warn(self, path: Path) -> None:
         if not self._warned:
