@@ -40,6 +40,7 @@ from steadystream.gateway.export import GatewayMetrics
 from steadystream.gateway.resume.log import StreamGone, StreamLog
 from steadystream.gateway.resume.redis_writes import RedisWriter
 from steadystream.gateway.resume.store import REFUSED, Claim, StreamInfo
+from steadystream.protocol.apis import API_PATHS
 
 __all__ = ["RedisStore"]
 
@@ -165,12 +166,17 @@ class RedisStore:
         if not meta or b"route" not in meta:
             return None
         ended = meta.get(b"ended")
-        return StreamInfo(
-            stream_id,
-            meta[b"route"].decode(),
-            meta.get(b"tenant", b"").decode(),
-            None if ended is None else ended.decode(),
-        )
+        try:
+            route = meta[b"route"].decode()
+            tenant = meta.get(b"tenant", b"").decode()
+            end = None if ended is None else ended.decode()
+        except UnicodeDecodeError:
+            return None
+        # A route this gateway does not serve (another version's, a hand-made key) is no
+        # stream of its: its name would become a metric label and pick a reply's shape.
+        if route not in API_PATHS:
+            return None
+        return StreamInfo(stream_id, route, tenant, end)
 
     async def follow(self, stream_id: str, after: int, idle_ns: int) -> AsyncIterator[bytes | None]:
         try:
