@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Real
+from numbers import Integral, Real
 
-from steadystream._units import format_duration
+from steadystream._units import MAX_DURATION_NS, format_duration
 
 __all__ = ["MetricConfig"]
 
@@ -37,11 +37,22 @@ class MetricConfig:
             "fluidity_decode_deadline_ns",
         )
         for name in positive:
-            if not _finite_above(getattr(self, name), 0):
+            value = getattr(self, name)
+            if not _finite_above(value, 0):
                 raise ValueError(
-                    f"{name} must be a finite number of nanoseconds above 0,"
-                    f" got {getattr(self, name)!r}"
+                    f"{name} must be a finite number of nanoseconds above 0, got {value!r}"
                 )
+            if value > MAX_DURATION_NS:
+                raise ValueError(
+                    f"{name} must be at most {MAX_DURATION_NS} ns (about 292 years), got {value!r}"
+                )
+            if not isinstance(value, Integral):
+                # Whole nanoseconds, as times are: the deadline and reader recursions run in
+                # int64, exactly, and a fraction would be cut off there (0.5 ns to 0).
+                whole = round(value)
+                if whole < 1:
+                    raise ValueError(f"{name} must be 1 ns or more, got {value!r}")
+                object.__setattr__(self, name, whole)
         if not _finite_above(self.jitter_flag, 1):
             raise ValueError(
                 f"jitter_flag must be a finite number above 1, got {self.jitter_flag!r}"

@@ -103,6 +103,9 @@ def fleet_metrics(
     good = good_streams(table, cfg)
     tokens = float(np.nansum(col("output_tokens")))
     stalls = int(np.nansum(col("stall_count")))
+    # Per 1,000 tokens: the stalls of the streams whose tokens were counted (a peer's file
+    # may keep none), over those tokens; the others' stalls have no tokens to go with.
+    counted_stalls = float(np.nansum(col("stall_count")[~np.isnan(col("output_tokens"))]))
     unstable = col("unstable")
     pooled = _percentiles(table.gap_values_s, (50, 90, 95, 99, 100))
     of_p99 = _percentiles(p99, (50, 90, 99))
@@ -127,7 +130,7 @@ def fleet_metrics(
         goodput=float(good.mean()) if len(table) else None,
         unstable_share=_mean(unstable),
         stall_count=stalls,
-        stalls_per_1k_tokens=stalls / tokens * 1000 if tokens else None,
+        stalls_per_1k_tokens=counted_stalls / tokens * 1000 if tokens else None,
         ttft_p50_s=ttft_pct[0],
         ttft_p90_s=ttft_pct[1],
         ttft_p95_s=ttft_pct[2],

@@ -53,8 +53,9 @@ _EXPAND_PER_EVENT = 4
 (:func:`_chunk_quality`), as a file that claims 2**31 tokens in one event would otherwise
 take 16 GiB."""
 _MAX_READ_NS = 1 << 62
-"""A stream's tokens times the pace (or the decode deadline) past this is no reading time
-int64 nanoseconds hold exactly (146 years): its QoE and fluidity are NaN."""
+"""A stream's tokens times the pace (or the decode deadline), after the first token's
+expected time (or deadline), past this is no reading time int64 nanoseconds hold exactly
+(146 years): its QoE and fluidity are NaN."""
 # The columns that count tokens (None where the token counts are unknown).
 _TOKEN_COLUMNS = (
     "tpot_s",
@@ -438,7 +439,19 @@ class _TextEvents:
         # one token per chunk: nothing to expand (a piece of a token, 0, is no arrival)
         one_each = bool((self.tokens == 1).all())
         token_times = self.times if one_each else np.repeat(self.times, self.tokens)
-        return andes_qoe(token_times, counts, cfg), fluidity(token_times, counts, cfg)
+        qoe, fluid = andes_qoe(token_times, counts, cfg), fluidity(token_times, counts, cfg)
+        inexact = ~_exact(counts, cfg)  # (the recursions wrapped around in int64)
+        qoe[inexact] = fluid[inexact] = np.nan
+        return qoe, fluid
+
+
+def _exact(tokens: npt.NDArray[np.generic], cfg: MetricConfig) -> npt.NDArray[np.bool_]:
+    """Streams of ``tokens`` tokens whose reading time (or deadlines) int64 holds exactly."""
+    reading = tokens.astype(np.float64) * max(
+        cfg.qoe_pace_ns_per_token, cfg.fluidity_decode_deadline_ns
+    )
+    first = max(cfg.qoe_expected_ttft_ns, cfg.fluidity_prompt_deadline_ns)
+    return reading + first < _MAX_READ_NS
 
 
 def _chunk_quality(
@@ -470,7 +483,7 @@ def _chunk_quality(
     carried[1:] = k[:-1] - 1
     carried[first] = 0
     pace, expected = cfg.qoe_pace_ns_per_token, cfg.qoe_expected_ttft_ns
-    exact = n * max(pace, cfg.fluidity_decode_deadline_ns) < _MAX_READ_NS
+    exact = _exact(n, cfg)
     enough = (n >= 2) & exact
 
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -580,7 +593,8 @@ def _head_burst(
         per_chunk = tail_tokens / tail_counts
         expected = window / median_gap * per_chunk
         burst = head_tokens / expected
-    return np.where((tail_counts > 0) & (median_gap > 0), burst, np.nan)
+    # A tail of pieces of a token (text, no token of its own) delivers no steady rate either.
+    return np.where((tail_tokens > 0) & (median_gap > 0), burst, np.nan)
 
 
 def _optional(value: np.float64) -> float | None:

@@ -20,6 +20,7 @@ the point: the interval says how little 12 streams can tell.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from numbers import Integral
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +88,8 @@ def fleet_draws(
 ) -> dict[str, FloatArray]:
     """``resamples`` bootstrap values of each fleet metric named (NaN where a draw leaves it
     undefined). The same table and seed give the same draws."""
+    if isinstance(resamples, bool) or not isinstance(resamples, Integral) or resamples < 0:
+        raise ValueError(f"resamples must be a whole number, 0 or more; got {resamples!r}")
     cfg = config or MetricConfig()
     statistics = {name: fleet_statistic(name, table, cfg) for name in names}
     draws = {name: np.full(resamples, np.nan) for name in statistics}
@@ -141,7 +144,8 @@ def fleet_statistic(name: str, table: StreamTable, config: MetricConfig) -> Stat
         good = good_streams(table, config).astype(np.float64)
         return lambda counts: (counts @ good) / counts.sum(axis=1)
     if name == "stalls_per_1k_tokens":
-        stalls, tokens = _sum(column("stall_count")), _sum(column("output_tokens"))
+        counted = np.where(np.isnan(column("output_tokens")), np.nan, column("stall_count"))
+        stalls, tokens = _sum(counted), _sum(column("output_tokens"))
 
         def per_1k(counts: Counts) -> FloatArray:
             total = tokens(counts)
