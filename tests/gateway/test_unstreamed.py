@@ -242,3 +242,38 @@ def test_the_stream_of_a_whole_answer_reads_back_as_its_events() -> None:
     assert finishes == {0: "stop", 1: "stop"}  # (a finish the answer left out: stop)
     assert payloads[-1]["choices"] == []
     assert payloads[-1]["usage"] == WHOLE["usage"]
+
+
+def test_events_under_the_json_type_are_relayed_as_the_events_they_are(
+    whole_only: WholeOnly,
+) -> None:
+    # A server that streams with the wrong type: of a known length, it is read whole and
+    # relayed as it is; chunked (no length), it is read as a stream from the start.
+    events = b"".join(
+        b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                                  "model": "m", "choices": [{"index": 0, "delta": delta,
+                                  "finish_reason": finish}]}) + b"\n\n"
+        for delta, finish in (({"role": "assistant", "content": "Hel"}, None),
+                              ({"content": "lo"}, None), ({}, "stop"))
+    ) + b"data: [DONE]\n\n"  # fmt: skip
+    whole_only.answer = events
+    with GatewayServer(gateway_config(entry(whole_only)), env={"UP_KEY": KEY}) as gw:
+        answered = post(gw.base_url, "/chat/completions", chat_body(5))
+    assert answered.status == 200
+    assert answered.text == "Hello"
+    assert answered.done
+
+
+def test_a_json_typed_answer_of_no_known_length_is_read_as_a_stream() -> None:
+    from steadystream.gateway.unstreamed import answered_whole
+    from steadystream.stamped import ResponseHead
+
+    def head(**headers: str) -> ResponseHead:
+        return ResponseHead(200, "OK", headers, 0)
+
+    assert answered_whole(head(**{"content-type": "application/json", "content-length": "9"}))
+    assert answered_whole(
+        head(**{"content-type": "Application/JSON; charset=utf-8", "content-length": "9"})
+    )
+    assert not answered_whole(head(**{"content-type": "application/json"}))  # (chunked)
+    assert not answered_whole(head(**{"content-type": "text/event-stream"}))

@@ -2,7 +2,8 @@
 would have been.
 
 Some servers answer ``"stream": true`` with one JSON body (``Content-Type:
-application/json``): engines for some models, proxies that drop the field, mocks. Read as
+application/json`` and a ``Content-Length``): engines for some models, proxies that drop
+the field, mocks. Read as
 a stream, that body holds no event, and the client got an error (``upstream_reset``,
 "closed mid-event") in place of a whole, valid answer. The relay now reads it (at most
 ``limits.max_response_bytes``, within the stall timeout) and hands the stream's line the
@@ -36,12 +37,15 @@ from steadystream.stamped.connection import BodySink
 __all__ = ["WholeBody", "answered_whole", "read_unstreamed"]
 
 _JSON_TYPES = ("application/json",)
+_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":")
 
 
 def answered_whole(head: ResponseHead) -> bool:
-    """Whether a stream request's answer is one JSON body, not an event stream."""
+    """Whether a stream request's answer is one JSON body, not an event stream: JSON, of a
+    length given up front. (An event stream sent with the wrong type comes in chunks, of no
+    length known: it is read as the stream it is.)"""
     media = head.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return media in _JSON_TYPES
+    return media in _JSON_TYPES and "content-length" in head.headers
 
 
 class WholeBody:
@@ -103,6 +107,8 @@ async def read_unstreamed(
         conn.close()
     if len(body) > limit:
         raise UpstreamStreamError(f"{where} larger than limits.max_response_bytes ({limit})")
+    if body.lstrip().startswith(_SSE_STARTS):
+        return WholeBody(body, stamp)  # (events after all, under the wrong type: as they are)
     try:
         return WholeBody(as_stream(api, body, usage=usage), stamp)
     except ProtocolError as exc:
