@@ -233,3 +233,26 @@ def test_the_official_sdks_read_the_answers_and_the_refusals(primary: JsonUpstre
     assert limited.value.response.headers["retry-after"] == "7"
     assert "refused with 429" in str(limited.value.api_message)
     assert also_limited.value.code == "upstream_429"
+
+
+def test_a_model_an_upstream_served_through_a_passthrough_gets_its_label(
+    primary: JsonUpstream,
+) -> None:
+    # An upstream with no models list answers any name: an embeddings-only model it served
+    # is labelled as a chat model it served would be (limits.max_model_labels), not 'other'.
+    registry = CollectorRegistry()
+    config = gateway_config(entry(primary, models=[]), tenants=TENANTS)
+    with GatewayServer(config, env=ENV, registry=registry) as gw:
+        for _ in range(2):
+            body = {**BODIES["/embeddings"], "model": "embed-only"}
+            assert post(gw.base_url, "/embeddings", body, GATEWAY_KEY).status == 200
+    labels = {
+        "route": PASSTHROUGH_ROUTES["/v1/embeddings"],
+        "tenant": "web",
+        "upstream": "primary",
+        "status": "200",
+    }
+    named = registry.get_sample_value(
+        "steadystream_passthrough_requests_total", {**labels, "model": "embed-only"}
+    )
+    assert named == 2  # (served, then counted: the first by its name too)

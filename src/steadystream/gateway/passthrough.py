@@ -142,6 +142,8 @@ class Passthrough:
             scrub = state.pool.byte_scrubber()
             if scrub is not None:  # an answer that quotes a key does not pass it on
                 answer = scrub(answer)
+            if 200 <= status < 300:  # (an embeddings-only model gets a label as a chat one)
+                state.model_labels.served(call.model)
             await self._send(send, call, status, answer, content_type)
             return
         assert last is not None
