@@ -11,7 +11,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from steadystream import EventKind, Timeline
+from steadystream import EventKind, Timeline, TokenSource
 from steadystream.metrics import MetricConfig
 
 
@@ -66,7 +66,8 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
             j = gaps.index(max(gaps))
             delivered = sum(n for _, n, _ in ev[: j + 1])
             out["longest_stall_token"] = float(delivered)
-            out["longest_stall_fraction"] = delivered / out["output_tokens"]
+            tokens_out = out["output_tokens"]  # (none: every event a piece of a token)
+            out["longest_stall_fraction"] = delivered / tokens_out if tokens_out else None
         else:
             out["longest_stall_token"] = out["longest_stall_fraction"] = None
     else:
@@ -94,7 +95,19 @@ def reference(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
     # The reader's tokens are the answer's: its first is the TTFT the models expect.
     tokens = [t for t, n, _ in visible for _ in range(n)]
     out["qoe"] = _qoe(tokens, cfg) if visible else None
-    out["fluidity"] = _fluidity(tokens, cfg) if visible else None
+    out["fluidity"] = _fluidity(tokens, cfg) if tokens else None
+    if tl.token_source is TokenSource.UNKNOWN:  # (no count: nothing counted in tokens)
+        for name in (
+            "tpot_s",
+            "output_tokens",
+            "longest_stall_token",
+            "longest_stall_fraction",
+            "tokens_per_chunk",
+            "head_burst",
+            "qoe",
+            "fluidity",
+        ):
+            out[name] = None
     return out
 
 
@@ -109,9 +122,9 @@ def _head_burst(
     if not tail:
         return None
     median = float(np.percentile([g for g, _ in tail], 50))
-    if median <= 0:
-        return None
     per_chunk = sum(n for _, n in tail) / len(tail)
+    if median <= 0 or per_chunk <= 0:  # (else the steady rate delivers nothing)
+        return None
     return head / (cfg.head_window_ns / median * per_chunk)
 
 

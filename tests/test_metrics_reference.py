@@ -1,8 +1,8 @@
-"""The per-stream and fleet metrics against a second, literal reading of docs/metrics.md.
+"""The per-stream and fleet metrics against a literal reading of docs/metrics.md.
 
-The reference here is written from the definitions alone, a stream at a time in plain
-Python (integers and ``statistics``-style loops, no numpy in the per-stream part), and the
-vectorised code must agree with it on degenerate fleets: empty streams, one or two events,
+The per-stream reference is tests/metrics_reference.py's (a stream at a time in plain
+Python, written from the definitions alone); the fleet's is here, built on it. The
+vectorised code must agree with them on degenerate fleets: empty streams, one or two events,
 events sharing a time, gaps of 0 ns, one huge gap, many tokens an event, pieces of a token,
 times a little before the request (clock skew), every outcome, unknown token counts.
 """
@@ -30,6 +30,7 @@ from steadystream.metrics import (
     stream_table,
 )
 from steadystream.metrics.bootstrap import fleet_draws, fleet_statistic, percentile_interval
+from tests.metrics_reference import reference as reference_stream
 
 MS = 1_000_000
 _TEXT = {EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL}
@@ -57,130 +58,6 @@ def _text_events(tl: Timeline) -> list[tuple[int, int, int, bool]]:
         if EventKind(k) in _TEXT and (n > 0 or b > 0):
             out.append((t, n, b, k == EventKind.REASONING))
     return out
-
-
-def reference_stream(tl: Timeline, cfg: MetricConfig) -> dict[str, float | None]:
-    events = _text_events(tl)
-    answer = [e for e in events if not e[3]]
-    times = [e[0] for e in events]
-    tokens = sum(e[1] for e in events)
-    out: dict[str, float | None] = dict.fromkeys(STREAM_COLUMNS)
-    out["ttfb_s"] = None if tl.first_byte_ns is None else tl.first_byte_ns / 1e9
-    out["ttft_s"] = answer[0][0] / 1e9 if answer else None
-    thought = [e[0] for e in events if e[3]]
-    out["ttfr_s"] = thought[0] / 1e9 if thought else None
-    out["chunks"] = float(len(events))
-    out["output_tokens"] = float(tokens)
-    if events:
-        out["e2el_s"] = times[-1] / 1e9
-        out["tpot_s"] = (times[-1] - times[0]) / (tokens - 1) / 1e9 if tokens >= 2 else None
-        out["tokens_per_chunk"] = tokens / len(events)
-        lumps = 1 + sum(1 for a, b in itertools.pairwise(times) if b - a >= MS)
-        out["chunks_per_arrival"] = len(events) / lumps
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    out["gaps"] = float(len(gaps))
-    if gaps:
-        seconds = [g / 1e9 for g in gaps]
-        for q in (50, 90, 95, 99):
-            out[f"gap_p{q}_s"] = _percentile(gaps, q) / 1e9
-        out["max_gap_s"] = max(gaps) / 1e9
-        mean = sum(seconds) / len(seconds)
-        stdev = math.sqrt(sum((s - mean) ** 2 for s in seconds) / len(seconds))
-        out["gap_mean_s"], out["gap_stdev_s"] = mean, stdev
-        out["gap_cv"] = stdev / mean if mean > 0 else None
-        p50, p99 = out["gap_p50_s"], out["gap_p99_s"]
-        assert p50 is not None
-        assert p99 is not None
-        out["jitter_ratio"] = p99 / p50 if p50 > 0 else None
-        if out["jitter_ratio"] is not None:
-            out["unstable"] = float(out["jitter_ratio"] > cfg.jitter_flag)
-        stalls = [g for g in gaps if g > cfg.stall_threshold_ns]
-        out["stall_count"] = float(len(stalls))
-        out["stall_time_s"] = sum(stalls) / 1e9
-        if stalls:
-            at = gaps.index(max(gaps))  # the first of equal longest gaps
-            before = sum(e[1] for e in events[: at + 1])
-            out["longest_stall_token"] = float(before)
-            out["longest_stall_fraction"] = before / tokens if tokens else None
-    wire = sum(tl.wire_bytes.tolist())
-    text_bytes = sum(e[2] for e in events)
-    out["envelope_overhead"] = wire / text_bytes if wire > 0 and text_bytes > 0 else None
-    if answer:
-        opens = answer[0][0]
-        closes = opens + cfg.head_window_ns
-        head = sum(e[1] for e in events if opens <= e[0] < closes)
-        # the steady rate: the gaps that end at or after the window closes
-        tail = [(b[0] - a[0], b[1]) for a, b in itertools.pairwise(events) if b[0] >= closes]
-        if tail:
-            median = _percentile([g for g, _ in tail], 50)
-            per_chunk = sum(n for _, n in tail) / len(tail)
-            if median > 0 and per_chunk > 0:  # else the steady rate delivers nothing
-                out["head_burst"] = head / (cfg.head_window_ns / median * per_chunk)
-        arrivals = [e[0] for e in answer for _ in range(e[1])]
-        out["qoe"] = _qoe(arrivals, cfg)
-        out["fluidity"] = _fluidity(arrivals, cfg) if arrivals else None
-    if tl.token_source is TokenSource.UNKNOWN:
-        for name in (
-            "tpot_s",
-            "output_tokens",
-            "longest_stall_token",
-            "longest_stall_fraction",
-            "tokens_per_chunk",
-            "head_burst",
-            "qoe",
-            "fluidity",
-        ):
-            out[name] = None
-    return out
-
-
-def _qoe(arrivals: list[int], cfg: MetricConfig) -> float | None:
-    n = len(arrivals)
-    if n < 2:
-        return None
-    pace, expected = cfg.qoe_pace_ns_per_token, cfg.qoe_expected_ttft_ns
-    if cfg.qoe_form == "discrete":
-        times = [expected, *arrivals]
-        buffer = 0.0
-        actual = 0.0
-        for i in range(1, n + 1):
-            interval = times[i] - times[i - 1]
-            buffer = max(0.0, buffer + 1 - interval / pace)
-            digest = pace if buffer > 0 else interval
-            if i >= 2:
-                actual += (2 * i - 1) / 2 * digest
-        if arrivals[-1] < expected + n * pace:
-            target = n * n * pace / 2
-        else:
-            target = n * (2 * (arrivals[-1] + buffer * pace) - 2 * expected - n * pace) / 2
-        return min(1.0, actual / target)
-    read = expected
-    reads = []
-    for t in arrivals:
-        read = max(t, read) + pace
-        reads.append(read)
-    last = reads[-1]
-    actual = sum(pace / 2 + last - r for r in reads)
-    target = sum(pace / 2 + last - expected - i * pace for i in range(1, n + 1))
-    return actual / target
-
-
-def _fluidity(arrivals: list[int], cfg: MetricConfig) -> float:
-    slack, met, misses, before = 0, 0, 0, 0
-    for i, t in enumerate(arrivals):
-        s = t - before
-        before = t
-        deadline = cfg.fluidity_prompt_deadline_ns if i == 0 else cfg.fluidity_decode_deadline_ns
-        if s <= deadline + slack:
-            met += 1
-            slack += deadline - s
-            continue
-        if cfg.fluidity_form == "code":
-            misses += 1 + (s - slack - deadline) // cfg.fluidity_decode_deadline_ns
-        else:
-            misses += 1
-        slack = 0
-    return met / (met + misses)
 
 
 def reference_fleet(runs: Sequence[Timeline], cfg: MetricConfig) -> dict[str, float | None]:
