@@ -106,8 +106,7 @@ class Relay:
                 record.meta["cancel_latency_ns"] = latency
                 record.meta["disconnect_ns"] = record.offset(noticed)
         except asyncio.CancelledError:
-            shutting_down = state.shutting_down
-            if shutting_down is None or not shutting_down() or not await self._at_shutdown(send):
+            if not state.shutting_down() or not await self._at_shutdown(send):
                 raise
             if task is not None:
                 task.uncancel()  # ended here: no traceback of a cancel in the server's log

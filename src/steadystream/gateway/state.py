@@ -42,9 +42,10 @@ class GatewayState:
     (``GatewayServer`` and ``serve`` can, through steadystream/_uvicorn.py): the line writes
     to it without a hop through the buffer while its write buffer is empty, in chunks where
     uvicorn frames the response so, and the relay drops a stuck client's connection."""
-    shutting_down: Callable[[], bool] | None = None
-    """Whether the server that runs the app is shutting down (steadystream/_uvicorn.py): a
-    stream it cancels then is ended in-band, with a reason, not cut short."""
+    shutting_down: Callable[[], bool] = field(default=lambda: False)
+    """Whether the server that runs the app is shutting down (steadystream/_uvicorn.py; never,
+    where the server cannot tell): a stream it cancels then is ended in-band, with a reason,
+    not cut short."""
     requests: set[asyncio.Task[Any]] = field(default_factory=set)
     """The streams being served (generations, resumed readers): the app's shutdown waits for
     those the server cancelled to end in-band before it closes what they record to."""

@@ -259,8 +259,7 @@ async def serve_replay(
         except asyncio.CancelledError:
             # The server is shutting down: the reader is told so in-band, as the stream's
             # own client is (relay.py), not cut short with no word.
-            shutting_down = state.shutting_down
-            if done or not started or shutting_down is None or not shutting_down():
+            if done or not started or not state.shutting_down():
                 raise
             done = True
             with contextlib.suppress(TimeoutError):
