@@ -133,11 +133,12 @@ def as_stream(api: Api, body: bytes, *, usage: bool = True) -> bytes:
             raise ProtocolError(f"the answer is an error: {error['message'][:500]}")
         raise ProtocolError("the answer is not a completion (no choices)")
     chat = api == "chat"
+    ident, created, model = data.get("id"), data.get("created"), data.get("model")
     envelope = {
-        "id": _text(data.get("id")) or "unstreamed",
+        "id": ident if isinstance(ident, str) and ident else "unstreamed",
         "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": data.get("created") if is_count(data.get("created")) else int(time.time()),
-        "model": _text(data.get("model")),
+        "created": created if is_count(created) else int(time.time()),
+        "model": model if isinstance(model, str) else "",
     }
     out: list[bytes] = []
     for position, choice in enumerate(choices):
@@ -197,7 +198,3 @@ def _event(
     choice["logprobs"] = None
     choice["finish_reason"] = finish
     return encode_chunk({**envelope, "choices": [choice]})
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
