@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-import orjson
 import pytest
 
 from steadystream import Outcome, Timeline
@@ -19,21 +18,13 @@ from steadystream.bench.client import StreamClient
 from steadystream.bench.disconnect import DisconnectPolicy, EventIds, reconnect_summary
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import SseEvent
+from tests.support.bench import id_event
+from tests.support.scripted import chunked
 
 pytestmark = pytest.mark.integration
 
 Writer = asyncio.StreamWriter
 Answer = Callable[[Writer], Awaitable[None]]
-
-
-def _event(event_id: bytes, text: str) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "lab"}
-    chunk["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": None}]
-    return b"id: %s\ndata: %s\n\n" % (event_id, orjson.dumps(chunk))
-
-
-def _chunked(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _head(stream_id: bytes | None = b"s1", status: bytes = b"200 OK") -> bytes:
@@ -44,7 +35,7 @@ def _head(stream_id: bytes | None = b"s1", status: bytes = b"200 OK") -> bytes:
     )
 
 
-_DONE = _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+_DONE = chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 def _post(ids: tuple[bytes, ...] = (b"1", b"2", b"3"), stream_id: bytes = b"s1") -> Answer:
@@ -54,7 +45,7 @@ def _post(ids: tuple[bytes, ...] = (b"1", b"2", b"3"), stream_id: bytes = b"s1")
     async def answer(writer: Writer) -> None:
         writer.write(_head(stream_id))
         for index, event_id in enumerate(ids):
-            writer.write(_chunked(_event(event_id, f"w{index} ")))
+            writer.write(chunked(id_event(event_id, f"w{index} ")))
             await writer.drain()
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.5)  # (the client has left by then)
@@ -64,7 +55,7 @@ def _post(ids: tuple[bytes, ...] = (b"1", b"2", b"3"), stream_id: bytes = b"s1")
 
 async def _rest(writer: Writer) -> None:
     """A gateway's return: the event after the last one seen, and the end."""
-    writer.write(_head() + _chunked(_event(b"3", "w2 ")) + _DONE)
+    writer.write(_head() + chunked(id_event(b"3", "w2 ")) + _DONE)
     await writer.drain()
 
 
@@ -123,7 +114,7 @@ async def test_a_return_that_replays_one_event_without_end_is_cut_not_a_tracebac
     async def again_and_again(writer: Writer) -> None:
         writer.write(_head())
         for _ in range(5_000):
-            writer.write(_chunked(_event(b"3", "w2 ")))
+            writer.write(chunked(id_event(b"3", "w2 ")))
             await writer.drain()
         await asyncio.sleep(5)
 
@@ -178,7 +169,7 @@ async def test_a_path_in_the_stream_name_stays_in_its_segment() -> None:
     name = b"../admin?x=1#f"
 
     async def rest(writer: Writer) -> None:
-        writer.write(_head(name) + _chunked(_event(b"3", "w2 ")) + _DONE)
+        writer.write(_head(name) + chunked(id_event(b"3", "w2 ")) + _DONE)
         await writer.drain()
 
     async with _server(_post(stream_id=name), rest) as (url, returns):
@@ -192,7 +183,7 @@ async def test_a_path_in_the_stream_name_stays_in_its_segment() -> None:
 async def test_a_redirect_is_not_taken_for_the_stream() -> None:
     async def redirect(writer: Writer) -> None:
         # (a body of events, such as the rest of the stream: still no answer to follow)
-        body = _chunked(_event(b"3", "w2 ")) + _DONE
+        body = chunked(id_event(b"3", "w2 ")) + _DONE
         writer.write(_head(status=b"302 Found").replace(b"\r\n\r\n", b"\r\nlocation: /x\r\n\r\n"))
         writer.write(body)
         await writer.drain()
@@ -210,8 +201,8 @@ async def test_a_redirect_is_not_taken_for_the_stream() -> None:
 @pytest.mark.asyncio
 async def test_an_answer_with_another_streams_events_is_not_counted_as_losses() -> None:
     async def another(writer: Writer) -> None:
-        events = b"".join(_event(b"%d" % n, "o ") for n in range(100, 103))
-        writer.write(_head(b"s2") + _chunked(events) + _DONE)
+        events = b"".join(id_event(b"%d" % n, "o ") for n in range(100, 103))
+        writer.write(_head(b"s2") + chunked(events) + _DONE)
         await writer.drain()
 
     async with _server(_post(), another) as (url, _):
@@ -226,8 +217,8 @@ async def test_an_answer_with_another_streams_events_is_not_counted_as_losses() 
 @pytest.mark.asyncio
 async def test_ids_that_come_back_out_of_order_are_counted_for_what_they_are() -> None:
     async def backwards(writer: Writer) -> None:
-        events = b"".join(_event(b"%d" % n, f"b{n} ") for n in range(6, 0, -1))
-        writer.write(_head() + _chunked(events) + _DONE)
+        events = b"".join(id_event(b"%d" % n, f"b{n} ") for n in range(6, 0, -1))
+        writer.write(_head() + chunked(events) + _DONE)
         await writer.drain()
 
     async with _server(_post(), backwards) as (url, _):

@@ -8,26 +8,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import orjson
 import pytest
 
 from steadystream import Outcome, Timeline
 from steadystream.bench import RunOptions
 from steadystream.bench.cancel import CancelPoint, CancelPolicy
 from steadystream.bench.disconnect import DisconnectPolicy, reconnect_summary
-from tests.support.bench import small_run
+from tests.support.bench import id_event, small_run
+from tests.support.scripted import chunked
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
-
-
-def _event(event_id: int, text: str) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "lab"}
-    chunk["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": None}]
-    return b"id: %d\ndata: %s\n\n" % (event_id, orjson.dumps(chunk))
-
-
-def _chunked(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 _HEAD = (
@@ -53,16 +43,16 @@ async def _server(
                 server.close()  # the return finds nothing listening
             writer.write(_HEAD)
             for event_id in (1, 2, 3):
-                writer.write(_chunked(_event(event_id, f"w{event_id} ")))
+                writer.write(chunked(id_event(event_id, f"w{event_id} ")))
                 await writer.drain()
                 await asyncio.sleep(0.05)
         elif line.startswith(b"GET /v1/streams/s1") and cut_return:
-            writer.write(_HEAD + _chunked(_event(4, "w4 ")) + b"0\r\n\r\n")
+            writer.write(_HEAD + chunked(id_event(4, "w4 ")) + b"0\r\n\r\n")
             await writer.drain()
         elif line.startswith(b"GET /v1/streams/s1") and noid_return:
             # Not a gateway's: the rest of the stream with no ids, and half of it missing.
-            body = _event(9, "w9 ").split(b"\n", 1)[1] + b"data: [DONE]\n\n"
-            writer.write(_HEAD + _chunked(body) + b"0\r\n\r\n")
+            body = id_event(9, "w9 ").split(b"\n", 1)[1] + b"data: [DONE]\n\n"
+            writer.write(_HEAD + chunked(body) + b"0\r\n\r\n")
             await writer.drain()
         else:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")

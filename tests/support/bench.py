@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from steadystream import Timeline
 from steadystream._processes import Child, free_port, steadystream_command
 from steadystream.bench import (
@@ -89,3 +91,11 @@ def frozen_run(n: int = 10) -> list[Timeline]:
 
 def closed_port() -> int:
     return free_port()  # closed again once found: nothing listens there
+
+
+def id_event(event_id: int | bytes, text: str) -> bytes:
+    """A chat chunk of ``text`` as an SSE event with ``id: event_id`` (a resumable stream's)."""
+    ident = event_id if isinstance(event_id, bytes) else b"%d" % event_id
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "lab"}
+    chunk["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": None}]
+    return b"id: %s\ndata: %s\n\n" % (ident, orjson.dumps(chunk))
