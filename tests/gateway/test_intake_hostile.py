@@ -391,9 +391,9 @@ def test_a_whole_answer_with_counts_no_timeline_holds_is_still_recorded(tmp_path
             answered = post(gw.base_url, "/chat/completions", CHAT)
             assert answered.status == 200
 
-            def recorded() -> list[Any] | None:
+            def recorded() -> list[Any] | None:  # (both edges: they may land one by one)
                 found = [t for f in recorder.files for t in read_timelines(f).timelines]
-                return found or None
+                return found if len(found) >= 2 else None
 
             timelines = wait_for(recorded, what="the record")
     finally:
