@@ -112,7 +112,24 @@ def test_an_upstream_status_goes_on_only_when_it_is_an_error(status: int, passed
     # has no line for would fail the server's own response.
     refused = upstream_refusal(UpstreamStatusError(status, "no"), str)
     assert refused.status == passed_on
-    assert refused.code == f"upstream_{status}"  # what the upstream said, still named
+    assert refused.code.startswith("upstream_")  # what the upstream said, still named
+
+
+@pytest.mark.parametrize("status", [400, 429, 503, 101, 204, 304])
+def test_a_status_http_names_keeps_its_code(status: int) -> None:
+    assert upstream_refusal(UpstreamStatusError(status, "no"), str).code == f"upstream_{status}"
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(299, "upstream_2xx"), (499, "upstream_4xx"), (600, "upstream_6xx"),
+                         (999, "upstream_9xx"), (418, "upstream_418"), (525, "upstream_5xx")],
+)  # fmt: skip
+def test_a_status_http_does_not_name_is_coded_by_its_class(status: int, code: str) -> None:
+    # The code is a label of errors_total: an upstream that answers every number from 100
+    # to 999 makes at most one code per class, past the statuses HTTP names.
+    refused = upstream_refusal(UpstreamStatusError(status, "no"), str)
+    assert refused.code == code
+    assert str(status) in refused.message  # the number itself is still said
 
 
 def test_a_redacted_message_is_cut_after_its_keys_are_hidden() -> None:

@@ -11,6 +11,7 @@ with its refusal (a 429, a 503) goes along, so the client's SDK waits as asked.
 from __future__ import annotations
 
 from collections.abc import Callable
+from http import HTTPStatus
 
 from starlette.types import Send
 
@@ -30,7 +31,7 @@ def upstream_refusal(error: UpstreamError, redact: Callable[[str], str]) -> ApiE
         # An error status goes through; any other (a 304, a 2xx that is no answer, a 1xx, a
         # number HTTP has no status line for) is no error a client could read: a 502.
         status = error.status if 400 <= error.status <= 599 else 502
-        code = f"upstream_{error.status}"
+        code = _status_code(error.status)
     elif isinstance(error, UpstreamTimeoutError):
         status, code = 504, "upstream_timeout"
     elif isinstance(error, ResponseTooLargeError):
@@ -38,6 +39,16 @@ def upstream_refusal(error: UpstreamError, redact: Callable[[str], str]) -> ApiE
     else:
         status, code = 502, "upstream_unreachable"
     return ApiError(status, redact(str(error)), type="upstream_error", code=code)
+
+
+# The statuses HTTP names: each keeps its own code (``upstream_429``). Any other number an
+# upstream sends (100-999 parse) is named by its class (``upstream_7xx``): the code is a
+# label of ``errors_total``, and one upstream must not make 900 of them.
+_NAMED = frozenset(int(status) for status in HTTPStatus)
+
+
+def _status_code(status: int) -> str:
+    return f"upstream_{status}" if status in _NAMED else f"upstream_{status // 100}xx"
 
 
 def refusal_headers(error: UpstreamError) -> dict[str, str]:
