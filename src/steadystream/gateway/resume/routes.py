@@ -30,7 +30,6 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from steadystream._api_errors import ApiError, ErrorShape, json_response
-from steadystream._clock import Clock
 from steadystream.gateway.auth import gateway_key
 from steadystream.gateway.disconnect import run_until_disconnect
 from steadystream.gateway.events import (
@@ -44,6 +43,13 @@ from steadystream.gateway.events import (
 from steadystream.gateway.requests import error_shape, new_request_id
 from steadystream.gateway.resume.hub import CANCELLED_ENDS, RESPONSE_ID, STREAM_ID_HEADER, StreamHub
 from steadystream.gateway.resume.log import StreamGone
+from steadystream.gateway.resume.sequence import (
+    check_sequence,
+    events_after,
+    last_sequence,
+    last_sequence_of,
+    past_sequence,
+)
 from steadystream.gateway.resume.store import StreamInfo
 from steadystream.gateway.resume.stuck import StuckReader
 from steadystream.gateway.state import GatewayState
@@ -69,8 +75,6 @@ LAST_EVENT_ID = "last-event-id"
 # _AHEAD_NS).
 _JOIN_WAIT_NS = 2_000_000_000
 _JOIN_POLL_NS = 100_000_000
-_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
-_EVENT_END = re.compile(rb"id: \d+(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
 _SAFE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 # What the gateway names streams (hub.new_id); anything else (as a response id other than
 # hub.RESPONSE_ID) is no stream of this gateway, and never reaches a store.
@@ -173,10 +177,10 @@ async def serve_replay(
         if after_sequence is not None:
             log = hub.local.log(stream_id)
             if log is not None:  # (it has every event its readers got, running or not)
-                _check_sequence(_last_sequence_of(log.events, after), after, after_sequence)
+                check_sequence(last_sequence_of(log.events, after), after, after_sequence)
             else:  # (a shared store's: read until it is reached, or the end, to look)
                 wait_ns = None if info.ended is not None else _JOIN_WAIT_NS
-                events = await _past_sequence(source, after, after_sequence, state.clock, wait_ns)
+                events = await past_sequence(source, after, after_sequence, state.clock, wait_ns)
     except StreamGone as exc:
         await gone(exc, asked).response(shape=shape)(scope, receive, send)
         return
@@ -224,9 +228,9 @@ async def serve_replay(
                     replayed = False
                 else:
                     if numbered:
-                        sequence = max(sequence, _last_sequence(chunk))
+                        sequence = max(sequence, last_sequence(chunk))
                     if skip is not None:
-                        chunk = _after_sequence(chunk, skip)
+                        chunk = events_after(chunk, skip)
                     if replayed:
                         state.metrics.resume_events_replayed.labels(info.route).inc(
                             chunk.count(b"\nid: ")
@@ -293,111 +297,6 @@ async def _close(events: AsyncIterator[bytes | None]) -> None:
     close = getattr(events, "aclose", None)
     if close is not None:
         await close()
-
-
-def _no_sequence(sequence: int) -> StreamGone:
-    return StreamGone("unknown", f"the stream has sent no sequence_number {sequence}")
-
-
-def _check_sequence(last: int, after: int, sequence: int) -> None:
-    """:class:`StreamGone` (unknown) when ``starting_after`` ``sequence`` is past ``last``,
-    the ``sequence_number`` of the last event after event ``after`` (-1: none), as a
-    ``Last-Event-ID`` past a stream's events is. With no event after ``after`` the reader's
-    own ``Last-Event-ID`` says it read them all: it waits for more, or the end."""
-    if last < sequence and (last >= 0 or after == 0):
-        raise _no_sequence(sequence)
-
-
-async def _past_sequence(
-    events: AsyncIterator[bytes | None],
-    after: int,
-    sequence: int,
-    clock: Clock,
-    wait_ns: int | None,
-) -> AsyncIterator[bytes | None]:
-    """The events after event ``after`` of a stream another process keeps, read now until
-    one reaches ``sequence`` or the stream ends (:func:`_check_sequence`), then to be sent as
-    read. A running stream (``wait_ns`` not None) that has sent events after ``after`` but
-    none that reaches ``sequence`` within ``wait_ns`` is :class:`StreamGone` (unknown), as a
-    ``Last-Event-ID`` ahead of it is (redis_store's ``_caught_up``): waited for, the reader
-    would hold the generation past its grace with nothing ever sent to it. With nothing
-    after ``after`` yet, the reader's own ``Last-Event-ID`` says it read them all: it waits
-    for more, or the end."""
-    read: list[bytes | None] = []
-    last = -1
-    deadline = None if wait_ns is None else clock.now_ns() + wait_ns
-    while True:
-        pending = asyncio.ensure_future(anext(events))
-        if deadline is not None and not pending.done():
-            timer = asyncio.ensure_future(clock.sleep_until(deadline))
-            try:
-                await asyncio.wait({pending, timer}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                timer.cancel()
-            if not pending.done():  # (the deadline passed first)
-                if last >= 0 or after == 0:
-                    pending.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await pending
-                    raise _no_sequence(sequence)
-                return _replayed(read, pending, events)
-        try:
-            chunk = await pending
-        except StopAsyncIteration:  # (the end)
-            _check_sequence(last, after, sequence)
-            return _replayed(read, None, events)
-        read.append(chunk)
-        if chunk:
-            last = max(last, _last_sequence(chunk))
-            if last >= sequence:
-                return _replayed(read, None, events)
-
-
-async def _replayed(
-    chunks: list[bytes | None],
-    pending: asyncio.Future[bytes | None] | None,
-    events: AsyncIterator[bytes | None],
-) -> AsyncIterator[bytes | None]:
-    """``chunks``, then what ``pending`` (a read of ``events`` under way) gives, then the rest
-    of ``events``."""
-    for chunk in chunks:
-        yield chunk
-    if pending is not None:
-        try:
-            yield await pending
-        except StopAsyncIteration:
-            return
-    async for chunk in events:
-        yield chunk
-
-
-def _last_sequence_of(events: list[bytes], after: int) -> int:
-    """The ``sequence_number`` of the last of ``events[after:]`` that has one, or -1."""
-    for at in range(len(events) - 1, after - 1, -1):
-        found = _last_sequence(events[at])
-        if found >= 0:
-            return found
-    return -1
-
-
-def _last_sequence(chunk: bytes) -> int:
-    """The ``sequence_number`` of the last event in ``chunk`` that has one, or -1."""
-    at = chunk.rfind(b'"sequence_number"')
-    found = None if at < 0 else _SEQUENCE.match(chunk, at)
-    return -1 if found is None else int(found[1])
-
-
-def _after_sequence(chunk: bytes, sequence: int) -> bytes:
-    """The events of ``chunk`` whose ``sequence_number`` is above ``sequence``."""
-    kept: list[bytes] = []
-    start = 0
-    for match in _EVENT_END.finditer(chunk):
-        event = chunk[start : match.end()]
-        start = match.end()
-        found = _SEQUENCE.search(event)
-        if found is None or int(found[1]) > sequence:
-            kept.append(event)
-    return b"".join(kept)
 
 
 def _in_band_gone(error: StreamGone, route: str, sequence: int) -> bytes:
