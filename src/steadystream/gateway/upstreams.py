@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -40,11 +40,11 @@ from steadystream._transport_errors import (
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
+from steadystream.gateway.scrubbing import MIN_HIDDEN_KEY_CHARS, KeyScrubber, hidden_key
 from steadystream.gateway.translation import chat_request, upstream_api
 from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
 __all__ = [
-    "MIN_HIDDEN_KEY_CHARS",
     "ResponseTooLargeError",
     "UpstreamPool",
     "UpstreamTimeoutError",
@@ -58,17 +58,6 @@ log = logging.getLogger("steadystream.gateway")
 
 _ERROR_BODY_LIMIT = 4096
 _MESSAGE_LIMIT = 4096  # characters of an upstream's text kept in a message (redact)
-# A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
-# parser restores it, so a key written that way is a key sent. Escapes are matched left to
-# right, two characters at a time, so an escaped backslash is never taken for an escape's start.
-_ESCAPED_BYTES = re.compile(rb"\\(u00[2-7][0-9a-fA-F]|.)", re.DOTALL)
-_ASCII_ESCAPE_BYTES = re.compile(rb"\\(?:u00[2-7]|/)")
-_KEY_START = 8  # the characters of a key that, quoted cut short, are hidden all the same
-MIN_HIDDEN_KEY_CHARS = _KEY_START
-"""A key shorter than this is a placeholder (vLLM's ``EMPTY``, an ``x``), not a secret: it
-is not scrubbed, since its every occurrence in every answer would become ``***`` (a short
-real key is no secret either: it can be guessed)."""
-_KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
 _READ_BUFSIZE = 1 << 16  # per response: part of the per-stream memory bound
 _RETRY_AFTER = re.compile(
     r"^(?:[0-9]{1,9}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9:]{8} GMT)$"
@@ -78,67 +67,8 @@ _MEDIA_TYPE = re.compile(
 )
 
 
-def _hidden(key: str) -> bool:
-    """Whether ``key`` is scrubbed: every key that can be a secret (see
-    :data:`MIN_HIDDEN_KEY_CHARS`)."""
-    return len(key) >= MIN_HIDDEN_KEY_CHARS
-
-
 class ResponseTooLargeError(UpstreamStreamError):
     """A non-streaming answer larger than ``limits.max_response_bytes``."""
-
-
-class KeyScrubber:
-    """Hides keys in bytes: each key, and each run of a key's first characters (at least
-    ``_KEY_START``), written plain or JSON-escaped, becomes ``***``.
-
-    One scrubber for everything that leaves the gateway: bytes bound for a client, and the
-    text of logs, recordings and metrics (:meth:`UpstreamPool.redact`). A key quoted cut
-    short (an 80-character preview of a bad chunk, a model repeating most of a key) is
-    hidden from its start on. One substring search per key and call when no key is there.
-    A key cut across two events is beyond it (the second event holds no key's start); an
-    upstream that echoes a key sends it whole. :class:`UpstreamPool` gives it no key shorter
-    than :data:`MIN_HIDDEN_KEY_CHARS`.
-    """
-
-    __slots__ = ("_keys",)
-
-    def __init__(self, keys: Sequence[bytes]) -> None:
-        self._keys = [(key[:_KEY_START], key) for key in keys if key]
-
-    def __call__(self, data: bytes) -> bytes:
-        keys = self._keys
-        # Only an ASCII \u00XX and \/ can spell a key's characters (\n, \", a \u4e2d cannot):
-        # most answers with escapes skip the rewrite.
-        if b"\\" in data and _ASCII_ESCAPE_BYTES.search(data):
-            plain = _ESCAPED_BYTES.sub(_unescape_bytes, data)
-            if any(start in plain for start, _ in keys):
-                data = plain  # still valid JSON: only harmless escapes were undone
-        for start, key in keys:
-            if start in data:
-                data = _hide_key_starts(data, start, key)
-        return data
-
-
-def _hide_key_starts(data: bytes, start: bytes, key: bytes) -> bytes:
-    """``data`` with every run of ``key``'s first characters (``start`` at least) hidden."""
-    at = data.find(start)
-    while at >= 0:
-        end = at + len(start)
-        while end < len(data) and end - at < len(key) and data[end] == key[end - at]:
-            end += 1
-        data = b"%s***%s" % (data[:at], data[end:])
-        at = data.find(start, at + 3)
-    return data
-
-
-def _unescape_bytes(match: re.Match[bytes]) -> bytes:
-    escape = match.group(1)
-    if escape == b"/":
-        return b"/"
-    if len(escape) == 5 and chr(code := int(escape[3:], 16)) not in _KEEP_ESCAPED:
-        return bytes((code,))
-    return match.group(0)
 
 
 def safe_header(value: str | None, pattern: re.Pattern[str]) -> str | None:
@@ -259,9 +189,9 @@ class UpstreamPool:
         named = [(f"upstream {name!r}", key) for name, key in self._keys.items()]
         for tenant in config.tenants:
             named += [(f"tenant {tenant.name!r}", env.get(var, "")) for var in tenant.api_key_env]
-        self._secrets = list(dict.fromkeys(key for _, key in named if _hidden(key)))
+        self._secrets = list(dict.fromkeys(key for _, key in named if hidden_key(key)))
         for whose, key in named:
-            if key and not _hidden(key):
+            if key and not hidden_key(key):
                 log.warning(
                     "%s: its key is shorter than %d characters, a placeholder rather than a"
                     " secret: it is not hidden from answers, logs and recordings (hiding it"
@@ -305,7 +235,7 @@ class UpstreamPool:
         """Hides every key in bytes bound for a client (None: no keys to hide).
 
         An answer that quotes an upstream's key (a provider echoing its ``Authorization``),
-        or most of it, never reaches the client with it (:class:`KeyScrubber`).
+        or most of it, never reaches the client with it (:class:`~.scrubbing.KeyScrubber`).
         """
         return self._scrubber if self._secrets else None
 
