@@ -271,6 +271,61 @@ def test_a_second_connection_to_a_tls_upstream_resumes_the_session(
     assert resumed == [False, True]
 
 
+def test_a_connection_opened_while_the_first_still_streams_resumes_its_session(
+    certificate: tuple[Path, Path],
+) -> None:
+    # Streams that start together (a load test's wave, a burst of users) each made a full
+    # handshake while the ticket was kept only at a connection's close: it is kept once the
+    # first connection's head is read (TLS 1.3 sends it right after the handshake).
+    cert, key = certificate
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5.0)
+    resumed: list[bool] = []
+    second_done = threading.Event()
+
+    def serve_two_at_once() -> None:
+        first, _ = listener.accept()
+        with server_context.wrap_socket(first, server_side=True) as one:
+            read_request(one)
+            one.sendall(SSE_HEAD + chunked(b"data: 1\n\n"))  # the head; the stream goes on
+            resumed.append(one.session_reused)
+            second, _ = listener.accept()
+            with server_context.wrap_socket(second, server_side=True) as two:
+                read_request(two)
+                resumed.append(two.session_reused)
+                events_script(chunked(b"data: 2\n\n"))(two)
+            second_done.wait(5.0)
+            one.sendall(b"0\r\n\r\n")
+
+    thread = threading.Thread(target=serve_two_at_once, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions"
+    client_context = ssl.create_default_context(cafile=str(cert))
+
+    async def two_streams() -> bytes:
+        first = await StampedConnection.open(
+            Target.from_url(url), MonotonicClock(), StampMode.USER, ssl_context=client_context
+        )
+        try:
+            await first.send("POST", {}, b"{}")
+            assert (await first.head()).status == 200
+            _, _, pieces = await exchange(url, StampMode.USER, ssl_context=client_context)
+            second_done.set()
+            return b"".join(data for _, data in pieces)
+        finally:
+            first.close()
+
+    try:
+        assert asyncio.run(two_streams()) == b"data: 2\n\n"
+        thread.join(timeout=5.0)
+    finally:
+        second_done.set()
+        listener.close()
+    assert resumed == [False, True]
+
+
 def test_the_default_context_is_made_once_per_trust_store(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

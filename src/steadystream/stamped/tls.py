@@ -76,7 +76,17 @@ def default_context() -> ssl.SSLContext:
 class TlsSession:
     """One client TLS session over a connected, non-blocking socket."""
 
-    __slots__ = ("_header", "_incoming", "_key", "_left", "_object", "_outgoing", "_sock", "end")
+    __slots__ = (
+        "_header",
+        "_incoming",
+        "_kept",
+        "_key",
+        "_left",
+        "_object",
+        "_outgoing",
+        "_sock",
+        "end",
+    )
 
     def __init__(
         self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str, port: int = 443
@@ -87,6 +97,7 @@ class TlsSession:
         self._key = (id(context), server_hostname, port)
         self._left = 0  # ciphertext bytes still to come of the record read last
         self._header = b""  # the start of a record header cut by a read
+        self._kept = False  # whether keep() kept (or dropped) this session's ticket
         # None while the stream is open; "" once the server's close_notify ended it, or why
         # it failed (:meth:`decrypt` sets it, behind the plaintext before the end).
         self.end: str | None = None
@@ -110,22 +121,30 @@ class TlsSession:
         """Whether the bytes so far end inside a record: a socket that ends here cut it."""
         return bool(self._left or self._header)
 
-    def keep(self) -> None:
+    def keep(self, *, final: bool = False) -> None:
         """Keep this session's ticket for the next connection to the same upstream (called
-        once the exchange is over: TLS 1.3 sends tickets after the handshake). A resumed
-        session is kept already: reading a session copies it, certificate chain and all
-        (CPython's workaround of an OpenSSL bug), which costs more than the handshake saved.
-        A full handshake that brought no ticket drops the one kept: the server refused it
-        and gives none now (it stopped issuing them, or another server answers there)."""
+        once the response head is read: TLS 1.3 sends tickets after the handshake, before
+        any answer; and again at the close, ``final``, for a server that sent it later). Once
+        a session is kept, later calls do nothing. A resumed session is kept already:
+        reading a session copies it, certificate chain and all (CPython's workaround of an
+        OpenSSL bug), which costs more than the handshake saved. A full handshake that
+        brought no ticket by the close drops the one kept: the server refused it and gives
+        none now (it stopped issuing them, or another server answers there)."""
+        if self._kept:
+            return
         if self._key in _sessions and self._object.session_reused:
+            self._kept = True
             return
         try:
             session = self._object.session
         except (ssl.SSLError, ValueError):
             session = None
         if session is None or not session.has_ticket:
-            _sessions.pop(self._key, None)
+            if final:  # (no ticket came at all)
+                self._kept = True
+                _sessions.pop(self._key, None)
             return
+        self._kept = True
         _sessions[self._key] = session
         _sessions.move_to_end(self._key)
         while len(_sessions) > _MAX_SESSIONS:
