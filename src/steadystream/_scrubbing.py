@@ -1,11 +1,13 @@
-"""Keys out of everything that leaves the gateway: :class:`KeyScrubber`.
+"""Keys out of everything that leaves the gateway or a load test: :class:`KeyScrubber`.
 
-An upstream may echo its key (a provider quoting its ``Authorization`` header in an error, a
+A server may echo its key (a provider quoting its ``Authorization`` header in an error, a
 model repeating most of a key it was shown), plain or spelled in JSON escapes. The gateway
 hides every upstream and gateway key, and every long enough run of a key's first characters,
 in the bytes bound for a client and in the text of its logs, recordings and metrics
 (:meth:`~steadystream.gateway.upstreams.UpstreamPool.redact`): one scrubber for both, so
-what a client may not see is not logged either.
+what a client may not see is not logged either. ``steadystream bench`` hides the key and the
+credential headers it sends in what the server says back (its errors, a kept answer) before
+they reach a timeline file (:meth:`~steadystream.bench.endpoint.Endpoint.scrubber`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class KeyScrubber:
 
     def __init__(self, keys: Sequence[bytes]) -> None:
         self._keys = [(key[:_KEY_START], key) for key in keys if key]
+
+    def text(self, text: str) -> str:
+        """``text`` with the keys hidden, as its UTF-8 bytes would have them."""
+        data = text.encode("utf-8", "surrogatepass")
+        scrubbed = self(data)
+        return text if scrubbed is data else scrubbed.decode("utf-8", "surrogatepass")
 
     def __call__(self, data: bytes) -> bytes:
         keys = self._keys

@@ -8,7 +8,7 @@ never the client itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -65,6 +65,7 @@ class AttemptState:
         "recorder",
         "request_id",
         "returned",
+        "scrub",
         "stamp_events",
         "stamps",
         "started_at",
@@ -84,8 +85,10 @@ class AttemptState:
         keep_text: bool,
         labels: dict[str, str],
         api: str,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self.clock = clock
+        self.scrub = scrub  # hides the request's credentials in what came back (Endpoint)
         self.stamps = stamps
         self.keep_text = keep_text
         self.labels = labels
@@ -180,6 +183,8 @@ class AttemptState:
 
     def sent(self, level: int, spec: RequestSpec) -> Sent:
         assert self.timeline is not None
+        if self.scrub is not None:
+            self._hide_secrets(self.timeline, self.scrub)
         meta = self.timeline.meta
         meta["send_ms"] = round((self.sent_ns - self.begin_ns) / 1e6, 3)
         meta["stamps"] = self.stamps.value
@@ -197,6 +202,17 @@ class AttemptState:
         if self.reconnects:
             meta["reconnects"] = [reconnect.as_meta() for reconnect in self.reconnects]
         return Sent(self.timeline, self.sent_ns)
+
+    def _hide_secrets(self, timeline: Timeline, scrub: Callable[[str], str]) -> None:
+        """A server's words (its errors, the answer when kept) with the request's credentials
+        hidden: a server that quotes the key back must not put it in the file."""
+        if timeline.error is not None:
+            timeline.error = scrub(timeline.error)
+        for reconnect in self.reconnects:
+            if reconnect.error is not None:
+                reconnect.error = scrub(reconnect.error)
+        if timeline.texts is not None:
+            timeline.texts = [scrub(text) for text in timeline.texts]
 
 
 def _shared(timeline: Timeline, late_stamps: set[int]) -> int:

@@ -106,6 +106,8 @@ class StreamClient:
         self.read_timeout_s = read_timeout_s
         self.resolve = resolve
         self.usage_level = endpoint.first_usage_level
+        scrubber = endpoint.scrubber()
+        self.scrub = None if scrubber is None else scrubber.text
         self.usage_downgrades: list[str] = []  # what the server refused, for the summary
 
     async def reach(self) -> None:
@@ -187,6 +189,7 @@ class StreamClient:
             keep_text=self.keep_text,
             labels=self.labels,
             api=endpoint.kind,
+            scrub=self.scrub,
         )
         if disconnect is not None:
             state.ids = EventIds()
@@ -246,7 +249,7 @@ class StreamClient:
         """Read the body to its end; with ``drop_after`` (content chunks), stop there and
         set ``state.dropped`` instead (the reader leaves, to come back)."""
         recorder = state.start_recording()
-        feed = recorder.feed
+        feed, decoder = recorder.feed, recorder.decoder
         cancel_after = state.cancel.after_tokens if state.cancel is not None else None
         limit = drop_after if drop_after is not None else cancel_after
         ids, returned = state.ids, state.returned
@@ -256,6 +259,9 @@ class StreamClient:
             nonlocal seen
             state.reads += 1
             items = feed(stamp, data)
+            if decoder.undispatched_bytes > MAX_EVENT_BYTES:  # (an event that never ends)
+                state.finish(self.clock.now_ns(), Outcome.ERROR, _endless_event())
+                return True
             if items:
                 seen += len(items)
                 if seen > most:  # (a server that ignores max_tokens and never ends)
@@ -466,6 +472,16 @@ def most_events(max_tokens: int | None) -> int:
     stream is closed as an error: a run of ``--requests`` with no ``--duration`` would
     otherwise wait for a server that never ends a stream."""
     return MOST_EVENTS if max_tokens is None else 4 * max_tokens + 1_000
+
+
+MAX_EVENT_BYTES = 16 << 20
+"""Bytes one event may grow to, unfinished: the largest a real one holds (the Responses API's
+final event, the whole answer in it) many times over. Past it the stream is closed as an
+error: a server that sends one event for ever would otherwise fill the memory."""
+
+
+def _endless_event() -> str:
+    return f"an event grew past {MAX_EVENT_BYTES:,} bytes without ending; closed by the client"
 
 
 def _overrun(most: int, state: AttemptState) -> str:

@@ -4,6 +4,8 @@ An :class:`Endpoint` knows the URL (an API base as the openai SDK takes it, such
 ``http://127.0.0.1:8000/v1``), the model, the wire format (chat or completions), the API key
 and extra headers. It builds request bodies and headers; it never prints the key, and
 :meth:`Endpoint.shown_headers` redacts any header that looks like a credential.
+:meth:`Endpoint.scrubber` hides :meth:`Endpoint.secrets` in what a server says back (an error
+that quotes the key).
 
 Usage reporting (``stream_options``), from most to least informative:
 
@@ -33,6 +35,7 @@ import orjson
 from yarl import URL
 
 from steadystream._exceptions import SpecError
+from steadystream._scrubbing import KeyScrubber, hidden_key
 from steadystream._validation import shown_url
 from steadystream.bench.workload import RequestSpec
 
@@ -233,6 +236,23 @@ class Endpoint:
             shown = "x-api-key: " if self.kind == "messages" else "Authorization: Bearer "
             lines.insert(0, shown + _REDACTED)
         return lines
+
+    def secrets(self) -> tuple[str, ...]:
+        """What the requests carry that no record may: the key, and the value of every header
+        whose name looks like a credential (a ``Bearer`` token alone too), longest first; a
+        placeholder (vLLM's ``EMPTY``) is no secret (:data:`MIN_HIDDEN_KEY_CHARS`)."""
+        found = [self.api_key or ""]
+        for name, value in self.headers:
+            if _SECRET_HEADER.search(name):
+                found += [value, value.partition(" ")[2].strip()]
+        kept = {secret for secret in found if hidden_key(secret)}
+        return tuple(sorted(kept, key=len, reverse=True))
+
+    def scrubber(self) -> KeyScrubber | None:
+        """Hides :meth:`secrets` in what a server says back (an error that quotes the key, a
+        kept answer), as the gateway hides its keys; None: nothing to hide."""
+        secrets = self.secrets()
+        return KeyScrubber([secret.encode() for secret in secrets]) if secrets else None
 
     def describe(self) -> str:
         return f"{self.url} (model {self.model}, {self.kind})"

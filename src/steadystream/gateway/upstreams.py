@@ -34,13 +34,13 @@ from steadystream._exceptions import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
+from steadystream._scrubbing import MIN_HIDDEN_KEY_CHARS, KeyScrubber, hidden_key
 from steadystream._transport_errors import (
     map_transport_errors,
 )
 from steadystream.gateway.config import GatewayConfig, UpstreamConfig
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.requests import ProxyRequest
-from steadystream.gateway.scrubbing import MIN_HIDDEN_KEY_CHARS, KeyScrubber, hidden_key
 from steadystream.gateway.translation import chat_request, upstream_api
 from steadystream.stamped import StampedConnection, Target, connection_type, resolve_stamps
 
@@ -225,8 +225,7 @@ class UpstreamPool:
         text's bytes: what a client may not see is not logged or recorded either. The cut
         comes after it, so no key is cut where the scrubber would not know it.
         """
-        scrubbed = self._scrubber(text.encode("utf-8", "surrogatepass"))
-        text = scrubbed.decode("utf-8", "surrogatepass")
+        text = self._scrubber.text(text)
         if len(text) > _MESSAGE_LIMIT:
             return f"{text[:_MESSAGE_LIMIT]}... ({len(text)} characters)"
         return text
