@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["MIN_HIDDEN_KEY_CHARS", "KeyScrubber", "hidden_key"]
+__all__ = ["MIN_HIDDEN_KEY_CHARS", "KeyScrubber", "hidden_key", "one_line"]
 
 # A JSON string may spell any character as an escape (``\u0073k-...``, ``\/``): the client's
 # parser restores it, so a key written that way is a key sent. Escapes are matched left to
@@ -28,6 +28,14 @@ MIN_HIDDEN_KEY_CHARS = _KEY_START
 is not scrubbed, since its every occurrence in every answer would become ``***`` (a short
 real key is no secret either: it can be guessed)."""
 _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would end the string
+# Line breaks and other controls (C0, DEL, C1, the Unicode line and paragraph separators): in
+# a server's words they would start a forged line in a log, or move a terminal's cursor.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """``text`` (a server's message) as one line: each run of controls is one space."""
+    return _CONTROLS.sub(" ", text)
 
 
 def hidden_key(key: str) -> bool:

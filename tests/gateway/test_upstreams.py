@@ -132,6 +132,13 @@ def test_a_status_http_does_not_name_is_coded_by_its_class(status: int, code: st
     assert str(status) in refused.message  # the number itself is still said
 
 
+def test_a_redacted_message_is_one_line() -> None:
+    # An upstream's words are logged: a line break in them would forge a log line.
+    cfg = config_from_mapping({"upstreams": [{"name": "a", "base_url": "http://h/v1"}]})
+    pool = UpstreamPool(cfg, None, {})
+    assert pool.redact("down\nINFO request 2: ok\r\x1b[2J") == "down INFO request 2: ok [2J"
+
+
 def test_a_redacted_message_is_cut_after_its_keys_are_hidden() -> None:
     cfg = config_from_mapping(
         {"upstreams": [{"name": "a", "base_url": "http://h/v1", "api_key_env": "A_KEY"}]}

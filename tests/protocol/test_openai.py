@@ -158,6 +158,10 @@ def test_error_payloads(payload: dict[str, Any], message: str) -> None:
         ('{"message": "stopped"}', "stopped"),
         ("plain words", "plain words"),
         ("", "error event with no message"),
+        # A server's line breaks and terminal escapes would forge lines in a log.
+        ("down\nINFO request 2: ok", "down INFO request 2: ok"),
+        (orjson.dumps(error_payload("a\r\n\x1b[31mb\u2028c")), "a [31mb c"),
+        (orjson.dumps({"error": {"detail": "x\ny"}}), '{"detail":"x\\ny"}'),
     ],
 )
 def test_an_error_event_is_an_error_whatever_its_data(data: str | bytes, message: str) -> None:

@@ -228,6 +228,19 @@ def test_an_overloaded_error_mid_stream_is_the_streams_error() -> None:
     assert timeline.error == "overloaded_error: Overloaded"
 
 
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_an_error_in_many_lines_is_recorded_as_one(api: str) -> None:
+    # (Its line breaks would forge lines in a log that quotes it.)
+    message = "line1\nline2\x1b[31m\r\nline3"
+    if api == "messages":
+        pieces = messages_stream(["a"])
+        pieces.insert(4, event("error", error={"type": "api_error", "message": message}))
+    else:
+        pieces = responses_stream(["a"])
+        pieces.insert(3, event("error", sequence_number=3, code="api_error", message=message))
+    assert record(pieces, api).error == "api_error: line1 line2 [31m line3"
+
+
 def test_frames_without_event_lines_are_read_by_their_type() -> None:
     named = record(messages_stream(["x", "y"]), "messages")
     bare = [piece.split(b"\n", 1)[1] for piece in messages_stream(["x", "y"])]

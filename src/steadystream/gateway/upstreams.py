@@ -34,7 +34,7 @@ from steadystream._exceptions import (
     UpstreamStreamError,
     UpstreamTimeoutError,
 )
-from steadystream._scrubbing import MIN_HIDDEN_KEY_CHARS, KeyScrubber, hidden_key
+from steadystream._scrubbing import MIN_HIDDEN_KEY_CHARS, KeyScrubber, hidden_key, one_line
 from steadystream._transport_errors import (
     map_transport_errors,
 )
@@ -218,14 +218,15 @@ class UpstreamPool:
 
     def redact(self, text: str) -> str:
         """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``,
-        and cut to :data:`_MESSAGE_LIMIT` characters (an upstream's error event may be as
+        as one line (a line break in an upstream's words would forge a line in the log), and
+        cut to :data:`_MESSAGE_LIMIT` characters (an upstream's error event may be as
         large as ``limits.max_event_bytes``: one per stream would flood the log).
 
         The same scrubber as the bytes bound for clients (:meth:`byte_scrubber`), on the
         text's bytes: what a client may not see is not logged or recorded either. The cut
         comes after it, so no key is cut where the scrubber would not know it.
         """
-        text = self._scrubber.text(text)
+        text = one_line(self._scrubber.text(text))
         if len(text) > _MESSAGE_LIMIT:
             return f"{text[:_MESSAGE_LIMIT]}... ({len(text)} characters)"
         return text

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from steadystream._exceptions import ProtocolError
+from steadystream._scrubbing import one_line
 from steadystream._types import EventKind
 from steadystream.protocol.chunks import _json_type, _preview
 from steadystream.protocol.dialect import Decoded
@@ -60,4 +61,4 @@ def in_band_error(obj: dict[str, Any]) -> Decoded:
     text = message if isinstance(message, str) and message else "error event with no message"
     if isinstance(code, str) and code and code != "error":
         text = f"{code}: {text}"
-    return Decoded(EventKind.ERROR, error=text[:MAX_MESSAGE_CHARS])
+    return Decoded(EventKind.ERROR, error=one_line(text[:MAX_MESSAGE_CHARS]))

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, TypeGuard
 import orjson
 
 from steadystream._exceptions import ProtocolError
+from steadystream._scrubbing import one_line
 from steadystream._types import EventKind
 
 __all__ = [
@@ -250,24 +251,27 @@ def _dump_json(value: Any) -> bytes:
 
 
 def _error_message(error: Any) -> str:
+    """A server's error (a string, an object with a ``message``, anything) as one line: its
+    words may hold line breaks, which would forge lines in a log."""
     if isinstance(error, str):
-        return error or "error with no message"
+        return one_line(error) or "error with no message"
     if isinstance(error, dict):
         message = error.get("message")
         if isinstance(message, str) and message:
-            return message
+            return one_line(message)
     try:
-        return _dump_json(error).decode()
+        return one_line(_dump_json(error).decode())
     except ProtocolError:
         return "error whose message is nested too deep to read"
 
 
 def _error_event_message(data: str | bytes) -> str:
+    """A server's error event's message, as one line (its words may hold line breaks)."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return text.strip() or "error event with no message"
+        return one_line(text.strip()) or "error event with no message"
     if isinstance(obj, dict) and obj.get("error") is not None:
         return _error_message(obj["error"])
     return _error_message(obj)
