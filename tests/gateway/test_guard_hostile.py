@@ -16,8 +16,8 @@ from typing import Any, Self
 import orjson
 import pytest
 
-from steadystream.gateway import GatewayServer, config_from_mapping
 from steadystream._scrubbing import MIN_HIDDEN_KEY_CHARS
+from steadystream.gateway import GatewayServer, config_from_mapping
 from steadystream.gateway.upstreams import UpstreamPool
 from tests.support.gateway import chat_body, connect, gateway_config, post, raw_request
 
