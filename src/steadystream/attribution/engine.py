@@ -7,8 +7,10 @@ names are vLLM's (``vllm:num_preemptions_total`` ...), which the lab exports too
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from numbers import Real
 
 import numpy as np
 import numpy.typing as npt
@@ -48,17 +50,27 @@ class EngineSamples:
 
     times_s: FloatArray
     series: dict[str, FloatArray]
+    _counted: dict[str, FloatArray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_scrapes(cls, scrapes: Iterable[tuple[float, Mapping[str, float]]]) -> EngineSamples:
-        """Build from ``(unix_seconds, {name: value})`` pairs, sorted here by time."""
-        rows = sorted(scrapes, key=lambda row: row[0])
+        """Build from ``(unix_seconds, {name: value})`` pairs, sorted here by time. A time
+        that is not a finite number is a ValueError (it would sort anywhere); a value that
+        is not finite reads as not scraped, as the Prometheus text reader skips it."""
+        rows = list(scrapes)
+        for number, (t, _) in enumerate(rows):
+            if isinstance(t, bool) or not isinstance(t, Real) or not math.isfinite(t):
+                raise ValueError(f"scrape {number}: t must be a finite number of unix seconds")
+        rows.sort(key=lambda row: row[0])
         names = sorted({name for _, values in rows for name in values})
         times = np.array([t for t, _ in rows], dtype=np.float64)
-        series = {
-            name: np.array([values.get(name, np.nan) for _, values in rows], dtype=np.float64)
-            for name in names
-        }
+        series = {}
+        for name in names:
+            column = np.array([values.get(name, np.nan) for _, values in rows], dtype=np.float64)
+            column[~np.isfinite(column)] = np.nan
+            series[name] = column
         return cls(times, series)
 
     def __len__(self) -> int:
@@ -67,23 +79,15 @@ class EngineSamples:
     def increase(self, name: str, start_s: float, end_s: float) -> float | None:
         """How much counter ``name`` grew from the last scrape at or before ``start_s`` to
         the first at or after ``end_s``; None when the scrapes do not cover the window."""
-        values = self.series.get(name)
-        if values is None:
-            return None
-        before = int(np.searchsorted(self.times_s, start_s, side="right")) - 1
-        after = int(np.searchsorted(self.times_s, end_s, side="left"))
-        if before < 0 or after >= len(self.times_s):
-            return None
-        first, last = values[before], values[after]
-        if not np.isfinite(last):
-            return None
-        if not np.isfinite(first):
-            first = 0.0  # a counter not yet exported had counted nothing (vLLM adds them lazily)
-        # A counter that went down was reset (the engine restarted): count from zero.
-        return float(last - first) if last >= first else float(last)
+        found = self.increases(name, np.array([start_s], dtype=np.float64), np.array([end_s]))
+        return None if np.isnan(found[0]) else float(found[0])
 
     def increases(self, name: str, start_s: FloatArray, end_s: FloatArray) -> FloatArray:
-        """:meth:`increase` over many windows at once (NaN where it says None)."""
+        """:meth:`increase` over many windows at once (NaN where it says None).
+
+        Counted scrape to scrape, as Prometheus reads a counter: one that went down was reset
+        (the engine restarted) and counts from zero, however many scrapes the window holds;
+        a scrape without the series is skipped (before its first, it had counted nothing)."""
         values = self.series.get(name)
         out = np.full(len(start_s), np.nan)
         if values is None:
@@ -91,10 +95,25 @@ class EngineSamples:
         before = np.searchsorted(self.times_s, start_s, side="right") - 1
         after = np.searchsorted(self.times_s, end_s, side="left")
         inside = np.flatnonzero((before >= 0) & (after < len(self.times_s)))
-        first, last = values[before[inside]], values[after[inside]]
-        first = np.where(np.isfinite(first), first, 0.0)
-        out[inside] = np.where(last >= first, last - first, last)  # NaN stays NaN
+        inside = inside[np.isfinite(values[after[inside]])]  # its last scrape without it: None
+        running = self._running(name)
+        out[inside] = running[after[inside]] - running[before[inside]]
         return out
+
+    def _running(self, name: str) -> FloatArray:
+        """Counter ``name`` summed over its increases from the first scrape (resets read as
+        Prometheus reads them), at each scrape; made on first use."""
+        if name not in self._counted:
+            values = self.series[name]
+            seen = np.isfinite(values)
+            at = np.flatnonzero(seen)
+            steps = np.zeros(len(values), dtype=np.float64)
+            if len(at):
+                now = values[at]
+                then = np.concatenate(([0.0], now[:-1]))  # the last value scraped before
+                steps[at] = np.where(now >= then, now - then, now)
+            self._counted[name] = np.cumsum(steps)
+        return self._counted[name]
 
     def peaks(self, name: str, start_s: FloatArray, end_s: FloatArray) -> FloatArray:
         """:meth:`peak` over many windows at once (NaN where it says None)."""

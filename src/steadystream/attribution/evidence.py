@@ -188,10 +188,23 @@ def gather_all(
         stream = site.stream
         lump = stream.lump_after(site.position)
         heads, head_others = neighbours.other_heads_lumped(lump if site.first_token else 0)
+        # How the other heads came needs no wall clock: a stream without one asks too.
+        alike = neighbours.heads_alike(lump) if site.first_token else 0
         here = found[i]
         if here is None:
             evidence.append(
-                Evidence(site, lump, None, 0, None, (), None, heads, head_others=head_others)
+                Evidence(
+                    site,
+                    lump,
+                    None,
+                    0,
+                    None,
+                    (),
+                    None,
+                    heads,
+                    head_alike=alike,
+                    head_others=head_others,
+                )
             )
             continue
         missing_at, seen = _placed(site, by_stream[stream.stream], int(start[i]), int(end[i]))
@@ -206,7 +219,7 @@ def gather_all(
                 here[2],
                 heads,
                 here[3],
-                neighbours.heads_alike(lump) if site.first_token else 0,
+                alike,
                 head_others,
             )
         )

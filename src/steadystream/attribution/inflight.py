@@ -165,9 +165,11 @@ def _blocks(offsets: IntArray, times: IntArray) -> list[_Block]:
     first = times[offsets[:-1]]
     span = times[offsets[1:] - 1] - first + 1
     blocks, lo = [], 0
-    room = np.cumsum(span)
+    # Summed in floats: spans of streams that last centuries would pass 64 bits as integers.
+    # Rounding moves a block's end by a row at most, its keys staying far below 2**63.
+    room = np.cumsum(span, dtype=np.float64)
     while lo < rows:
-        used = room[lo - 1] if lo else 0
+        used = float(room[lo - 1]) if lo else 0.0
         hi = int(np.searchsorted(room, used + _KEY_ROOM, side="left"))
         hi = max(hi, lo + 1)
         base = np.zeros(hi - lo, dtype=np.int64)

@@ -87,7 +87,10 @@ def decide(ev: Evidence) -> Verdict:
 def _placed_on_path(ev: Evidence, said: list[str]) -> Verdict:
     where = ev.missing_at
     assert where is not None
-    outer = ev.site.stream.where
+    # Present from the nearest vantage point outwards that saw it (seen_at: nearest the
+    # reader first): absent upstream and present at the downstream edge is the gateway's,
+    # whichever vantage point is explained.
+    outer = ev.seen_at[-1] if ev.seen_at else ev.site.stream.where
     said.append(f"absent at {where.value}, present at {outer.value}: it arose between them")
     if where is Where.GATEWAY_UPSTREAM and outer is Where.GATEWAY_DOWNSTREAM:
         said.append("that is inside the gateway (pacing or failover), not a cause the lab names")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -307,6 +308,7 @@ def _batch_views(
     token_sums = (summed[offsets[1:]] - summed[offsets[:-1]]).tolist()
     typical = typical_arrivals(offsets, times).tolist()
     bounds = offsets.tolist()
+    last = [int(times[b - 1]) if b > a else 0 for a, b in pairwise(bounds)]
     return [
         StreamView(
             index=first_index + i,
@@ -315,7 +317,7 @@ def _batch_views(
             where=timeline.where,
             event_index=event_index[bounds[i] : bounds[i + 1]],
             times=times[bounds[i] : bounds[i + 1]],
-            wall0_ns=_wall_ns(timeline.started_at),
+            wall0_ns=_wall_ns(timeline.started_at, last[i]),
             typical_arrival=typical[i],
             tokens_per_chunk=(
                 token_sums[i] / (bounds[i + 1] - bounds[i]) if bounds[i + 1] > bounds[i] else None
@@ -371,8 +373,10 @@ def head_lumps(offsets: IntArray, times: IntArray) -> IntArray:
     return lumps
 
 
-def _wall_ns(started_at: float | None) -> int | None:
-    """``started_at`` in ns; None (no wall clock: joined by id only) past what 64 bits hold."""
+def _wall_ns(started_at: float | None, last_ns: int = 0) -> int | None:
+    """``started_at`` in ns; None (no wall clock: joined by id only) where it, or the stream's
+    last text event (``last_ns`` after it) on the wall clock, is past what 64 bits hold."""
     if started_at is None or not abs(started_at) < _MAX_WALL_S:
         return None
-    return round(started_at * 1e9)
+    wall = round(started_at * 1e9)
+    return wall if abs(wall + last_ns) < _MAX_WALL_S * 1e9 else None
