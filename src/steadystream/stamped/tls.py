@@ -199,8 +199,12 @@ class TlsSession:
                     self.end = ""
                     break
                 pieces.append(piece)
-                if not incoming.pending and not tls.pending():
-                    break  # all read (most reads: one record, and no exception to raise)
+                if not incoming.pending:
+                    # All read (most reads: one record, and no exception to raise). A read
+                    # of _RECORD_PLAINTEXT takes a whole record's plaintext, so OpenSSL holds
+                    # none back (``tls.pending()``, a call a read, is always 0 here); what is
+                    # left is at most a record's start, which needs more bytes anyway.
+                    break
         except ssl.SSLWantReadError:
             pass
         except ssl.SSLZeroReturnError:
