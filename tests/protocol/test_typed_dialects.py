@@ -322,3 +322,15 @@ def test_hostile_values_are_read_without_a_crash() -> None:
             SseEvent('{"type": "response.output_text.delta", "delta": 1, "sequence_number": 5}')
         )
     assert dialect.last_sequence_number == 4  # neither the huge one nor the refused one
+
+
+@pytest.mark.parametrize(
+    ("api", "end"),
+    [("messages", "message_stop"), ("responses", "response.completed (or response.incomplete)")],
+)
+def test_a_stream_cut_before_its_end_names_its_dialects_end(api: str, end: str) -> None:
+    # (Not "[DONE]": these APIs send none.)
+    whole = messages_stream(["a", "b"]) if api == "messages" else responses_stream(["a", "b"])
+    timeline = record(whole[:5], api)
+    assert timeline.outcome is Outcome.TRUNCATED
+    assert timeline.error == f"stream ended without {end}"

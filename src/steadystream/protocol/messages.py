@@ -60,6 +60,9 @@ _INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_
 class MessagesDialect:
     """Decodes the events of one Messages stream (see the module docstring)."""
 
+    # What a whole stream ends with, as a truncated one's error names it.
+    END = "message_stop"
+
     __slots__ = ("_envelope", "_input")
 
     def __init__(self) -> None:

@@ -230,7 +230,9 @@ class StreamRecorder:
         else:
             final = Outcome.TRUNCATED
             if final_error is None:
-                final_error = "stream ended without [DONE] or a finish reason"
+                # (The typed dialects name their own end; chat's is [DONE] or a finish.)
+                end = getattr(self._dialect, "END", "[DONE] or a finish reason")
+                final_error = f"stream ended without {end}"
                 if self._decoder.in_event:
                     cut = self._decoder.undispatched_bytes
                     final_error += f", cut mid-event ({cut} bytes undispatched)"

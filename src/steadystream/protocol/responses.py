@@ -57,6 +57,9 @@ _REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 class ResponsesDialect:
     """Decodes the events of one Responses stream (see the module docstring)."""
 
+    # What a whole stream ends with, as a truncated one's error names it.
+    END = "response.completed (or response.incomplete)"
+
     __slots__ = ("_envelope", "_sequence")
 
     def __init__(self) -> None:
