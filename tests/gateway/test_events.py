@@ -18,6 +18,7 @@ from steadystream.gateway.events import ChunkFormat, FallbackRewriter, Piece
 from steadystream.gateway.failover import Cause, PrefixMatcher
 from steadystream.gateway.line import EventCutter
 from steadystream.protocol import DONE, SseDecoder, chat_chunk, encode_chunk, parse_chunk
+from steadystream.protocol.apis import new_dialect
 from steadystream.protocol.chunks import usage_chunk
 from tests.support.sse import cut
 
@@ -105,6 +106,15 @@ def test_why_a_body_ended_early() -> None:
     cutter.feed(b'data: {"choi')
     assert "mid-event" in cutter.error_at_end()
     assert "without [DONE]" in EventCutter().error_at_end()
+
+
+@pytest.mark.parametrize(
+    ("api", "end"), [("messages", "message_stop"), ("responses", "response.completed")]
+)
+def test_a_typed_stream_that_ended_early_names_its_own_end(api: str, end: str) -> None:
+    # (These APIs send no [DONE]: the client would be told of an end it never sees.)
+    error = EventCutter(dialect=new_dialect(api)).error_at_end()
+    assert error.startswith(f"the upstream stream ended without {end}")
 
 
 def test_the_first_chunk_gives_the_envelope() -> None:

@@ -216,7 +216,8 @@ class EventCutter:
         """Why a body that ended here is not a complete stream."""
         if self._decoder.in_event or self._carry:
             return "the upstream connection closed mid-event"
-        return "the upstream stream ended without [DONE]"
+        # (A typed dialect names its own end: Messages and Responses send no [DONE].)
+        return f"the upstream stream ended without {getattr(self._dialect, 'END', '[DONE]')}"
 
 
 class StreamLine:
