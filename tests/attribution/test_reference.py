@@ -332,6 +332,14 @@ def test_engine_scrapes_at_no_time_are_refused() -> None:
     assert samples.increase(ref.PREEMPTIONS, T0, T0 + 1) == 2.0  # inf: not scraped
 
 
+@pytest.mark.parametrize("value", ["3", None, True, [1.0]])
+def test_an_engine_value_that_is_no_number_is_refused_naming_its_series(value: object) -> None:
+    # (numpy's own "could not convert string to float" named neither scrape nor series.)
+    scrapes = [(T0, {ref.PREEMPTIONS: 1.0}), (T0 + 1, {ref.PREEMPTIONS: value})]
+    with pytest.raises(ValueError, match=rf"scrape 1: series '{ref.PREEMPTIONS}' must be a number"):
+        EngineSamples.from_scrapes(scrapes)  # type: ignore[arg-type]
+
+
 def test_absurd_windows_and_hostile_numbers_end_in_an_answer_or_a_clear_error(
     tmp_path: Path,
 ) -> None:

@@ -57,12 +57,19 @@ class EngineSamples:
     @classmethod
     def from_scrapes(cls, scrapes: Iterable[tuple[float, Mapping[str, float]]]) -> EngineSamples:
         """Build from ``(unix_seconds, {name: value})`` pairs, sorted here by time. A time
-        that is not a finite number is a ValueError (it would sort anywhere); a value that
-        is not finite reads as not scraped, as the Prometheus text reader skips it."""
+        that is not a finite number is a ValueError (it would sort anywhere), and so is a
+        value that is no number (naming its series); a value that is not finite reads as not
+        scraped, as the Prometheus text reader skips it."""
         rows = list(scrapes)
-        for number, (t, _) in enumerate(rows):
+        for number, (t, values) in enumerate(rows):
             if isinstance(t, bool) or not isinstance(t, Real) or not math.isfinite(t):
                 raise ValueError(f"scrape {number}: t must be a finite number of unix seconds")
+            for name, value in values.items():
+                if isinstance(value, bool) or not isinstance(value, Real):
+                    raise ValueError(
+                        f"scrape {number}: series {str(name)[:100]!r} must be a number, not"
+                        f" {type(value).__name__}"
+                    )
         rows.sort(key=lambda row: row[0])
         names = sorted({name for _, values in rows for name in values})
         times = np.array([t for t, _ in rows], dtype=np.float64)
