@@ -31,11 +31,16 @@ _KEEP_ESCAPED = frozenset('"\\')  # these stay escaped: unescaped, they would en
 # Line breaks and other controls (C0, DEL, C1, the Unicode line and paragraph separators): in
 # a server's words they would start a forged line in a log, or move a terminal's cursor.
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# A lone surrogate is what Python makes of bytes that are not UTF-8 (aiohttp reads a status
+# line "surrogateescape"): no UTF-8 writer takes it (orjson, a log file), so it is U+FFFD.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def one_line(text: str) -> str:
-    """``text`` (a server's message) as one line: each run of controls is one space."""
-    return _CONTROLS.sub(" ", text)
+    """``text`` (a server's message) as one line: each run of controls is one space, and
+    each lone surrogate (bytes that were not UTF-8) is U+FFFD, so it can be written."""
+    text = _CONTROLS.sub(" ", text)
+    return _SURROGATES.sub("\ufffd", text) if not text.isascii() else text
 
 
 def hidden_key(key: str) -> bool:

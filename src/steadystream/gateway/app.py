@@ -293,7 +293,7 @@ class _Generation:
         state = self.state
         received = state.clock.now_ns()
         request = Request(scope, receive)
-        request_id = request_id_of(request)
+        request_id = request_id_of(request, state.pool.redact)
         headers = {"x-request-id": request_id}
         tenant_name = "unknown"
         try:

@@ -168,6 +168,7 @@ def gateway_glass_routes(state: GatewayState) -> list[Route]:
             return report.timelines(
                 keep_text=state.config.recording.keep_text,
                 redact=state.pool.redact,
+                hide_keys=state.pool.hide_keys,
                 labels={"tenant": ticket.tenant},
             )
 

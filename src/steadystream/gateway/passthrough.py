@@ -69,7 +69,7 @@ class Passthrough:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         request = Request(scope, receive)
-        request_id = request_id_of(request)
+        request_id = request_id_of(request, state.pool.redact)
         tenant, model = "unknown", ""
         try:
             found = state.auth.tenant_for(gateway_key(request.headers, request.url.path))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeGuard
 
@@ -61,11 +62,16 @@ def new_request_id() -> str:
     return f"gw-{uuid.uuid4().hex}"
 
 
-def request_id_of(request: Request) -> str:
+def request_id_of(request: Request, hide_keys: Callable[[str], str] = str) -> str:
     """The client's ``X-Request-Id`` when it may be used as given (:func:`is_client_id`),
-    else a new one."""
+    else a new one. ``hide_keys`` is the gateway's key scrubber
+    (:meth:`~steadystream.gateway.upstreams.UpstreamPool.redact`): an id that holds a key
+    (a client that sent its key in the wrong header) is not used either, as the id goes
+    into every log line, record and upstream request of the stream."""
     given = request.headers.get("x-request-id")
-    return given if given and is_client_id(given) else new_request_id()
+    if given and is_client_id(given) and hide_keys(given) == given:
+        return given
+    return new_request_id()
 
 
 def error_shape(path: str) -> ErrorShape:

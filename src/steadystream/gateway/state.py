@@ -59,7 +59,7 @@ class GatewayState:
     def finish_record(self, record: StreamRecord, end_ns: int) -> None:
         """Build a finished request's timelines, observe them, and record them."""
         up, down = record.timelines(
-            end_ns, keep_text=self.config.recording.keep_text, redact=self.pool.redact
+            end_ns, keep_text=self.config.recording.keep_text, redact=self.pool.hide_keys
         )
         labels = labels_of(record, self.model_labels)
         duration = (end_ns - record.received_ns) / 1e9

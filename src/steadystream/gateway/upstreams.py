@@ -231,6 +231,13 @@ class UpstreamPool:
             return f"{text[:_MESSAGE_LIMIT]}... ({len(text)} characters)"
         return text
 
+    def hide_keys(self, text: str) -> str:
+        """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``,
+        and nothing else changed: an answer's text as recorded (``recording.keep_text``),
+        whose line breaks and length are the answer's own (a JSONL line escapes them), not
+        a message bound for a log line (:meth:`redact`)."""
+        return self._scrubber.text(text)
+
     def byte_scrubber(self) -> Callable[[bytes], bytes] | None:
         """Hides every key in bytes bound for a client (None: no keys to hide).
 

@@ -128,22 +128,25 @@ class GlassReport(BaseModel):
         *,
         keep_text: bool,
         redact: Callable[[str], str] = str,
+        hide_keys: Callable[[str], str] | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> tuple[Timeline, Timeline]:
         """The page's arrivals (``client``) and paints (``glass``), in ns from request sent.
 
-        ``redact`` is applied to the page's label values and texts (a page may echo a key it
-        holds); ``labels`` are the server's own, and win over the page's of the same name.
+        ``redact`` is applied to the page's labels, names and values (a page may echo a key
+        it holds), ``hide_keys`` (else ``redact``) to its texts, which keep their line
+        breaks; ``labels`` are the server's own, and win over the page's of the same name.
         """
         labels = {
-            **{key: redact(value) for key, value in self.labels.items()},
+            **{redact(key): redact(value) for key, value in self.labels.items()},
             **(labels or {}),
             "vantage": "browser",
         }
         outcome = Outcome(self.outcome)
         first_byte = _ns(self.first_byte_ms)
         end = _ns(self.end_ms)
-        texts = [redact(t) for t in self.texts] if keep_text and self.texts is not None else None
+        hide = redact if hide_keys is None else hide_keys
+        texts = [hide(t) for t in self.texts] if keep_text and self.texts is not None else None
         arrivals = [
             Event(_ns(t) or 0, texts[i] if texts else "", n, EventKind.CONTENT)
             for i, (t, n) in enumerate(self.arrivals)
