@@ -53,6 +53,7 @@ class AttemptState:
         "counter",
         "dialect_name",
         "dropped",
+        "end_missing_ms",
         "end_ns",
         "ids",
         "keep_text",
@@ -112,6 +113,9 @@ class AttemptState:
         self.late_stamps: set[int] = set()  # stamps several events shared in late reads
         self.ids: EventIds | None = None  # the events' ids, for a stream that drops
         self.dropped = False  # at its drop point (--disconnect)
+        # How long a body was held open with no end after its finish reason, when the client
+        # closed it (--finish-timeout); None: it ended by itself.
+        self.end_missing_ms: float | None = None
         self.reconnects: list[Reconnect] = []
         self.returned: Reconnect | None = None  # the return now being read
 
@@ -201,6 +205,8 @@ class AttemptState:
             meta["cancel_after"] = self.cancel.describe()
         if self.reconnects:
             meta["reconnects"] = [reconnect.as_meta() for reconnect in self.reconnects]
+        if self.end_missing_ms is not None:
+            meta["end_missing_ms"] = self.end_missing_ms
         return Sent(self.timeline, self.sent_ns)
 
     def _hide_secrets(self, timeline: Timeline, scrub: Callable[[str], str]) -> None:

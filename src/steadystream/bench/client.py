@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from steadystream._clock import Clock
+from steadystream._clock import NS_PER_MS, NS_PER_S, Clock
 from steadystream._exceptions import (
     ProtocolError,
     UpstreamConnectError,
@@ -94,6 +94,7 @@ class StreamClient:
         labels: Mapping[str, str] | None = None,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float | None = 120.0,
+        finish_timeout_s: float | None = 5.0,
         resolve: Resolve | None = None,
     ) -> None:
         self.endpoint = endpoint
@@ -104,6 +105,11 @@ class StreamClient:
         self.labels = {"model": endpoint.model, **(labels or {})}
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        # After a finish reason, the longest silence before the client closes the body (a
+        # server that never sends its end would hold the slot until the read timeout).
+        self.finish_timeout_ns = (
+            None if finish_timeout_s is None else max(1, round(finish_timeout_s * NS_PER_S))
+        )
         self.resolve = resolve
         self.usage_level = endpoint.first_usage_level
         scrubber = endpoint.scrubber()
@@ -254,6 +260,8 @@ class StreamClient:
         limit = drop_after if drop_after is not None else cancel_after
         ids, returned = state.ids, state.returned
         most, seen = most_events(state.max_tokens), 0
+        clock, finish_timeout_ns = self.clock, self.finish_timeout_ns
+        watch: list[asyncio.Task[None]] = []  # the wait for the end after a finish reason
 
         def sink(stamp: int, data: bytes) -> bool:
             nonlocal seen
@@ -284,9 +292,36 @@ class StreamClient:
                 return True
             # [DONE] or an error: nothing after it counts, and a server that keeps the
             # body open must not hold the slot until the read timeout.
-            return recorder.ended
+            if recorder.ended:
+                return True
+            if recorder.finished and finish_timeout_ns is not None:
+                # The answer is whole: its end should follow at once. Each read waits anew
+                # (n > 1: other choices may still be streaming; a usage chunk follows too).
+                if watch:
+                    watch.pop().cancel()
+                watch.append(asyncio.ensure_future(_end_missing(conn, state, clock.now_ns())))
+            return False
 
-        return await conn.stream_body(sink)
+        async def _end_missing(conn: StampedConnection, state: AttemptState, read: int) -> None:
+            """Close a body held open with no end for the finish timeout after ``read``."""
+            assert finish_timeout_ns is not None
+            await clock.sleep_until(read + finish_timeout_ns)
+            state.end_missing_ms = round((clock.now_ns() - read) / NS_PER_MS, 3)
+            conn.close()
+
+        try:
+            return await conn.stream_body(sink)
+        except UpstreamStreamError:
+            if state.end_missing_ms is None:
+                raise
+            # (The client closed it: the answer was whole, its end never came.)
+            return clock.now_ns()
+        finally:
+            for task in watch:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
     async def _drop_and_return(
         self,

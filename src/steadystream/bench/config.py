@@ -299,6 +299,15 @@ class BenchConfig(BaseModel):
         Duration,
         Flag("Read timeout: no bytes for this long fails a stream.", REQUESTS, text=True),
     ] = Field(120 * NS_PER_S, gt=0)
+    finish_timeout: Annotated[
+        Duration,
+        Flag(
+            "After a finish reason, the longest silence before the client closes a body the"
+            " server never ends (the stream is whole: meta.end_missing_ms says so).",
+            REQUESTS,
+            text=True,
+        ),
+    ] = Field(5 * NS_PER_S, gt=0)
     labels: Annotated[
         dict[str, str],
         BeforeValidator(_labels),

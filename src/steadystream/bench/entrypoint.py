@@ -105,6 +105,7 @@ async def run_bench(
         labels=settings.labels,
         lab_truth=settings.lab_truth,
         read_timeout_s=plan.read_timeout_s,
+        finish_timeout_s=plan.finish_timeout_s,
         stall_threshold_ns=plan.metrics.stall_threshold_ns,
         ttft_target_ns=plan.metrics.ttft_target_ns,
         stamps=plan.stamps.value,

@@ -55,6 +55,10 @@ class BenchPlan:
     def read_timeout_s(self) -> float:
         return self.config.timeout / NS_PER_S
 
+    @property
+    def finish_timeout_s(self) -> float:
+        return self.config.finish_timeout / NS_PER_S
+
     def schedule_for(self, load: float) -> Schedule:
         """One load of the sweep: open loop at ``load`` req/s, or ``load`` streams in flight."""
         config = self.config

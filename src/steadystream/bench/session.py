@@ -49,6 +49,7 @@ class BenchSettings:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     lab_truth: str = "auto"
     read_timeout_s: float | None = 120.0
+    finish_timeout_s: float | None = 5.0
     stall_threshold_ns: int = 400 * NS_PER_MS
     ttft_target_ns: int = 800 * NS_PER_MS
     stamps: str = "auto"  # on a Ray worker, resolved on its own node
@@ -62,6 +63,7 @@ class BenchSettings:
             labels=self.labels,
             lab_truth=self.lab_truth,
             read_timeout_s=self.read_timeout_s,
+            finish_timeout_s=self.finish_timeout_s,
             stall_threshold_ns=self.stall_threshold_ns,
             ttft_target_ns=self.ttft_target_ns,
             stamps=self.stamps,
@@ -82,6 +84,7 @@ class Bench:
         lab_truth: str = "auto",
         connect_timeout_s: float = 10.0,
         read_timeout_s: float | None = 120.0,
+        finish_timeout_s: float | None = 5.0,
         lag_interval_ns: int = 5 * NS_PER_MS,
         stall_threshold_ns: int = 400 * NS_PER_MS,
         ttft_target_ns: int = 800 * NS_PER_MS,
@@ -96,6 +99,7 @@ class Bench:
         self.lab_truth = lab_truth
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        self.finish_timeout_s = finish_timeout_s
         self.lag_interval_ns = lag_interval_ns
         self.stall_threshold_ns = stall_threshold_ns
         self.ttft_target_ns = ttft_target_ns
@@ -117,6 +121,7 @@ class Bench:
             labels=self.labels,
             connect_timeout_s=self.connect_timeout_s,
             read_timeout_s=self.read_timeout_s,
+            finish_timeout_s=self.finish_timeout_s,
             resolve=resolve_with(self.resolver) if self.resolver is not None else None,
         )
         self._truth = LabTruthClient(session, self.endpoint.origin, self.clock, mode=self.lab_truth)

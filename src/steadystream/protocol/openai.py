@@ -166,6 +166,11 @@ class StreamRecorder:
         return self._ended
 
     @property
+    def finished(self) -> bool:
+        """True once the stream gave a finish reason (the answer is whole; its end may follow)."""
+        return self._finish_reason is not None
+
+    @property
     def decoder(self) -> SseDecoder:
         return self._decoder
 
