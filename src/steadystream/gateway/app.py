@@ -25,27 +25,31 @@ import contextlib
 import hashlib
 import os
 import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from steadystream._clock import Clock, MonotonicClock
-from steadystream._exceptions import ConfigError, SpecError, UpstreamError
+from steadystream._exceptions import ConfigError, SpecError
 from steadystream.gateway.auth import Authenticator, Tenant, gateway_key
 from steadystream.gateway.config import CorsConfig, GatewayConfig, ServerConfig
 from steadystream.gateway.cors import CorsLayer
-from steadystream.gateway.export import CONTENT_TYPE, GatewayMetrics
+from steadystream.gateway.endpoints import (
+    guarded,
+    health_endpoint,
+    http_error,
+    metrics_endpoint,
+    models_endpoint,
+)
+from steadystream.gateway.export import GatewayMetrics
 from steadystream.gateway.glass import gateway_glass_routes, glass_cors, glass_tokens
 from steadystream.gateway.model_labels import ModelLabels
 from steadystream.gateway.passthrough import PASSTHROUGH_ROUTES, Passthrough
@@ -54,7 +58,6 @@ from steadystream.gateway.relay import StreamRelay
 from steadystream.gateway.requests import (
     ApiError,
     ProxyRequest,
-    error_response,
     error_shape,
     model_not_served,
     parse_request,
@@ -83,8 +86,6 @@ __all__ = ["PACER_HEADER", "check_startable", "create_app"]
 PACER_HEADER = "X-Steadystream-Pacer"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 _MAX_KEY = 255
-_Endpoint = Callable[[Request], Awaitable[Response]]
-_MODELS_TIMEOUT_S = 3.0
 # At shutdown, how long the streams the server cancelled get to end in-band (relay.py): the
 # write of their last event is bounded at 1 s.
 _REQUESTS_END_S = 2.0
@@ -209,9 +210,9 @@ def create_app(
             Route(path, Passthrough(state, path, label), methods=["POST"])
             for path, label in PASSTHROUGH_ROUTES.items()
         ),
-        Route("/v1/models", _models(state), methods=["GET"]),
-        Route("/healthz", _guarded(state, _health(state)), methods=["GET"]),
-        Route("/metrics", _guarded(state, _metrics(state)), methods=["GET"]),
+        Route("/v1/models", models_endpoint(state), methods=["GET"]),
+        Route("/healthz", guarded(state, health_endpoint(state)), methods=["GET"]),
+        Route("/metrics", guarded(state, metrics_endpoint(state)), methods=["GET"]),
         *gateway_glass_routes(state),
         *(resume_routes(state, state.resume) if state.resume is not None else ()),
     ]
@@ -221,7 +222,7 @@ def create_app(
         config.server,
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: http_error},
     )
     # A path with a slash added or missing is another path: a 404 in JSON like every unknown
     # one, not Starlette's 307 to a URL built from the client's Host header.
@@ -455,88 +456,3 @@ def _check_header_pacer(pacer: Pacer) -> None:
                 f"{pacer.name}: {param.name} may be at most 1s in a request's header"
                 " (the gateway's configuration may set more)"
             )
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no such route, wrong method), in the path's error shape."""
-    assert isinstance(exc, HTTPException)
-    path = request.url.path
-    shape = error_shape(path)
-    if exc.status_code == 404:
-        message = f"no such route: {request.method} {path}"
-        return error_response(404, message, None, "invalid_request_error", "not_found", shape=shape)
-    message = f"{request.method} is not allowed on {path}"
-    return error_response(
-        exc.status_code, message, None, "invalid_request_error", "method_not_allowed",
-        headers=dict(exc.headers or {}), shape=shape,
-    )  # fmt: skip
-
-
-def _guarded(state: GatewayState, endpoint: _Endpoint) -> _Endpoint:
-    """``endpoint`` behind a gateway key when tenants exist and ``server.metrics_auth`` is on."""
-    if state.auth.open or not state.config.server.metrics_auth:
-        return endpoint
-
-    async def guarded(request: Request) -> Response:
-        try:
-            state.auth.tenant_for(gateway_key(request.headers, request.url.path))
-        except ApiError as exc:
-            return exc.response()
-        return await endpoint(request)
-
-    return guarded
-
-
-def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
-def _models(state: GatewayState) -> _Endpoint:
-    async def endpoint(request: Request) -> Response:
-        try:
-            tenant = state.auth.tenant_for(gateway_key(request.headers, request.url.path))
-        except ApiError as exc:
-            return exc.response()
-        names = dict.fromkeys(state.pool.models())
-        for upstream in state.pool.upstreams:
-            if upstream.models:
-                continue
-            # An upstream that serves any model: ask it what it has.
-            try:
-                listed = await state.pool.get_json(upstream, "/models", _MODELS_TIMEOUT_S)
-            except UpstreamError as exc:
-                state.log.info("models of upstream %s: %s", upstream.name, exc)
-                continue
-            data = listed.get("data") if isinstance(listed, dict) else None
-            for item in data if isinstance(data, list) else ():  # (null, a number: nothing)
-                if isinstance(item, dict) and isinstance(item.get("id"), str):
-                    names.setdefault(state.pool.redact(item["id"]), None)  # text from outside
-        created = int(time.time())
-        data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "steadystream"}
-            for name in names
-            if tenant.may_use(name)
-        ]
-        return _json({"object": "list", "data": data})
-
-    return endpoint
-
-
-def _health(state: GatewayState) -> _Endpoint:
-    async def endpoint(request: Request) -> Response:
-        health: dict[str, object] = {
-            "status": "ok",
-            "upstreams": [u.name for u in state.pool.upstreams],
-        }
-        if state.resume is not None:
-            health["resume"] = state.resume.health()
-        return _json(health)
-
-    return endpoint
-
-
-def _metrics(state: GatewayState) -> _Endpoint:
-    async def endpoint(request: Request) -> Response:
-        return Response(await state.metrics.render(), media_type=CONTENT_TYPE)
-
-    return endpoint
