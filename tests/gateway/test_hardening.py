@@ -122,18 +122,17 @@ def test_a_body_that_never_finishes_is_answered_at_the_body_timeout(
 ) -> None:
     config = gateway_config(plain(upstream), server={"body_timeout": "300ms"})
     with GatewayServer(config) as gw:
+        # (the client waits 10 s at most for the answer: one only at the default 30 s body
+        # timeout would fail it with a socket timeout)
         sock = connect(gw.base_url)
-        started = time.monotonic()
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % gw.port
             + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
         )
         answer = _read_response(sock)
-        took = time.monotonic() - started
         sock.close()
     assert answer.startswith(b"HTTP/1.1 408")
     assert b"server.body_timeout" in answer
-    assert took < 5
 
 
 def _read_response(sock: socket.socket) -> bytes:
@@ -153,20 +152,22 @@ def test_a_request_head_that_trickles_in_is_cut_at_the_header_timeout(
     with GatewayServer(config) as gw:
         idle = connect(gw.base_url)  # sends nothing at all
         loris = connect(gw.base_url)
-        started = time.monotonic()
         loris.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
-        closed = []
+        lines_taken = []  # header lines each got in before it was cut (-1: it was answered)
         for sock in (idle, loris):
+            sent = 0
             try:
                 for _ in range(20):
                     sock.sendall(b"X-Slow: 1\r\n")  # a header line now and then...
+                    sent += 1
                     time.sleep(0.1)
             except OSError:
-                closed.append(time.monotonic() - started)
+                lines_taken.append(sent)
                 continue
-            closed.append(-1.0 if sock.recv(1) else time.monotonic() - started)
+            lines_taken.append(-1 if sock.recv(1) else sent)
         idle.close()
         loris.close()
         served = post(gw.base_url, "/chat/completions", chat_body(3))  # others unharmed
-    assert all(0 < t < 2.5 for t in closed), closed
+    # ...each cut while it still trickled: the lines did not hold the connection open
+    assert all(0 <= n < 20 for n in lines_taken), lines_taken
     assert served.done

@@ -8,7 +8,6 @@ bodies of any size.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,7 +81,6 @@ def test_a_finish_then_silence_is_ended_by_the_gateway(
 ) -> None:
     config = gateway_config(hostile(upstream), watchdog={"finish_timeout": "300ms"})
     with GatewayServer(config, recorder=sink, env=ENV) as gw:
-        started = time.monotonic()
         streamed = post(
             gw.base_url,
             "/chat/completions",
@@ -90,14 +88,15 @@ def test_a_finish_then_silence_is_ended_by_the_gateway(
             {"X-Request-Id": "silent"},
             timeout=10,
         )
-        took = time.monotonic() - started
         _, down = sink.edges("silent")
     assert streamed.done  # the client got its [DONE]...
     assert streamed.error is None  # ...and no error: the answer was whole
     assert streamed.text == "one two three "
-    assert took < 5  # not the upstream's 60 s, nor the 30 s give-up
     assert down.outcome is Outcome.COMPLETE
-    assert "finish reason" in down.meta["ended_by_gateway"]
+    # ended by the finish deadline: not by the upstream's close after 60 s, nor the give-up
+    assert down.meta["ended_by_gateway"] == (
+        "no [DONE] nor end of the body within 300.0ms of the finish reason"
+    )
     assert down.meta["attempts"][0]["failure"] == "silent-after-finish"
 
 

@@ -36,7 +36,7 @@ def phoenix_binary() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     binary = cache / "steadystream" / "peers" / name / "bin" / "phoenix"
     if not binary.exists():
-        pytest.skip(f"Arize Phoenix is not installed ({binary}): run make peers")
+        pytest.fail(f"Arize Phoenix is not installed ({binary}): run `make peers`")
     return binary
 
 

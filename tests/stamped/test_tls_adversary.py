@@ -196,10 +196,10 @@ def test_a_close_notify_inside_an_event_fails_the_stream_at_once(
         held_open(peer)
 
     server = serve((server_context(cert), script))
-    began = time.monotonic()
+    # The server holds its socket open past the read timeout: a close_notify read as nothing
+    # would end in "read timed out", not in this error.
     with pytest.raises(UpstreamStreamError, match="closed the connection before the body ended"):
         run(server.url(), client_context(cert), read_timeout_s=4.0)
-    assert time.monotonic() - began < 2.0
 
 
 def test_a_close_notify_ends_a_close_delimited_body_at_once(
@@ -214,9 +214,8 @@ def test_a_close_notify_ends_a_close_delimited_body_at_once(
         held_open(peer)
 
     server = serve((server_context(cert), script))
-    began = time.monotonic()
+    # (held open past the read timeout: a close_notify not taken as the end would time out)
     assert run(server.url(), client_context(cert), read_timeout_s=4.0) == body
-    assert time.monotonic() - began < 2.0
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])
@@ -432,11 +431,9 @@ def test_a_record_per_byte(
         peer.sock.sendall(peer.close_notify())
 
     server = serve((server_context(cert), script))
-    began = time.monotonic()
     body = run(server.url(), client_context(cert))
-    assert body.startswith(b"data: 00000\n\n")
-    assert body.endswith(b"data: [DONE]\n\n")
-    assert time.monotonic() - began < 10.0
+    # every event, whole and in order (the time it takes is benchmarks' business)
+    assert body == b"".join(b"data: %05d\n\n" % i for i in range(2500)) + b"data: [DONE]\n\n"
 
 
 # -- session tickets -----------------------------------------------------------------------

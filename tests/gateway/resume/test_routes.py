@@ -6,7 +6,6 @@ The lab (25 ms a token) is the upstream; the gateway runs on loopback with the m
 from __future__ import annotations
 
 import http.client
-import time
 from urllib.parse import urlsplit
 
 import orjson
@@ -148,15 +147,14 @@ def test_delete_cancels_the_generation_at_once() -> None:
         first = read_stream(
             gw.url, "POST", CHAT, chat_body(400), {"X-Request-Id": "del-1"}, leave_after=5
         )
-        left = time.monotonic()
         cancelled = read_stream(gw.url, "DELETE", f"/v1/streams/{first.stream_id}")
         truth = finished_truth(lab, "del-1")
-        took = time.monotonic() - left
     assert cancelled.status == 200
     assert orjson.loads(cancelled.body)["cancelled"] is True
+    # Cancelled before its end: 400 tokens at the lab's 25 ms take 10 s, well within the 30 s
+    # grace, so only the DELETE can have stopped it short.
     assert truth.finish_reason == "cancelled"
     assert truth.tokens_generated < 400
-    assert took < 5.0  # not the 30 s grace
 
 
 def test_a_responses_stream_comes_back_after_a_sequence_number() -> None:
