@@ -261,5 +261,5 @@ async def test_duration_ends_the_run_and_grace_closes_what_is_left(lab: LabServe
         assert timeline.outcome is Outcome.CANCELLED
         assert timeline.error == "the run's --duration and grace ended before the stream did"
         assert timeline.end_ns is not None
-        assert timeline.end_ns < 1_000 * MS
-    assert result.elapsed_s < 1.0
+        # (Closed by the run, not ended by the lab: its 100 tokens take 2.5 s.)
+        assert timeline.total_tokens < 100
