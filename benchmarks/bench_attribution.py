@@ -13,6 +13,13 @@ attributed to its true causes, ``unknown`` counted wrong. Targets (issues 14 and
 with engine metrics in every scenario over its seeds, and no stall at all on ``steady``.
 Prints a markdown table for docs/performance.md and, with ``--matrices``, the confusion
 matrices for docs/attribution.md.
+
+    python benchmarks/bench_attribution.py --dense 20000 100000   # the dense-fleet case alone
+
+The dense-fleet case times ``explain`` in process on synthetic streams that are all in flight
+at once (sent within 50 ms, each about a second long), half of them with one stall of
+0.5-0.8 s: every stall has nearly the whole fleet in flight across it, of which a sample of
+64 is asked (docs/attribution.md#scale). No lab, no truth: the time is what it measures.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ import json
 import os
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from steadystream import EventKind, Timeline, Where
 from steadystream._processes import Child, free_port, run_command, steadystream_command
 from steadystream.attribution import (
     AttributedStall,
@@ -221,6 +230,53 @@ def matrix(name: str, scored: Score) -> str:
     return "\n".join(lines)
 
 
+def dense_fleet(streams: int, *, seed: int = 0, events: int = 12) -> list[Timeline]:
+    """``streams`` short streams sent within 50 ms of each other (all in flight at once): a
+    role chunk at about 50 ms, ``events`` content chunks 20-30 ms apart, and in half of them
+    one stall of 0.5-0.8 s mid-stream."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.uniform(20e6, 30e6, size=(streams, events + 1))
+    gaps[:, 0] = rng.uniform(40e6, 60e6, size=streams)
+    stalled = np.flatnonzero(rng.random(streams) < 0.5)
+    where = rng.integers(events // 3, 2 * events // 3, size=stalled.size)
+    gaps[stalled, where] += rng.uniform(0.5e9, 0.8e9, size=stalled.size)
+    times = np.cumsum(gaps, axis=1).astype(np.int64)
+    tokens = np.ones(events + 1, dtype=np.int32)
+    tokens[0] = 0
+    kinds = np.full(events + 1, EventKind.CONTENT, dtype=np.uint8)
+    kinds[0] = EventKind.ROLE
+    wire = np.full(events + 1, 150, dtype=np.int32)
+    text = tokens * np.int32(4)
+    started = (1_763_700_000.0 + rng.uniform(0.0, 0.05, size=streams)).tolist()
+    return [
+        Timeline(
+            stream_id=f"dense-{i:08d}",
+            where=Where.CLIENT,
+            times=times[i],
+            tokens=tokens,
+            wire_bytes=wire,
+            text_bytes=text,
+            kinds=kinds,
+            started_at=started[i],
+        )
+        for i in range(streams)
+    ]
+
+
+def dense(sizes: list[int]) -> None:
+    """Time ``explain`` on dense fleets of each size; a markdown table on stdout."""
+    print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print("| streams, all in flight | stalls | explain |")
+    print("|---|---|---|")
+    for streams in sizes:
+        timelines = dense_fleet(streams)
+        began = time.perf_counter()
+        explanation = explain(timelines)
+        took = time.perf_counter() - began
+        print(f"| {streams:,} | {len(explanation.stalls):,} | {took:.2f} s |", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = [*PRESETS, *BLENDS]
@@ -233,7 +289,17 @@ def main() -> None:
     parser.add_argument(
         "--rescore", action="store_true", help="explain the recordings kept in --keep again"
     )
+    parser.add_argument(
+        "--dense",
+        nargs="+",
+        type=int,
+        metavar="STREAMS",
+        help="time explain on dense fleets of these sizes instead (no lab)",
+    )
     args = parser.parse_args()
+    if args.dense:
+        dense(args.dense)
+        return
     if args.rescore and args.keep is None:
         parser.error("--rescore needs --keep FOLDER")
     print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)

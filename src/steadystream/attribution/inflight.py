@@ -4,10 +4,11 @@ joins over packed arrays, for every stall of a fleet at once (pure; no I/O).
 Two questions, asked of many (stall, stream) pairs at a time:
 
 - :class:`SpanIndex`: which streams were open over an interval (opened by its start, not
-  ended before its end)? Streams are grouped by how long they last (powers of two), each
-  group sorted by its opening: the streams of one group open over an interval opened at most
-  that group's longest duration before its end, a window one ``searchsorted`` finds. The
-  pairs come out in bounded batches of stalls.
+  ended before its end), a sample of them when many? Those opened by its start less those
+  ended before its end, each a prefix of the streams sorted (by opening, by end), plus the
+  few wholly inside it: the ``k``-th of them in the order of the streams' numbers is found
+  by rank in a wavelet matrix of each prefix, so a stall costs its sample, not the streams
+  in flight. The pairs come out in bounded batches of stalls.
 - :class:`PackedTimes`: did a stream get a text event inside a window? Every stream's event
   times, shifted so that the whole array is sorted (each row's span after the one before),
   answer any number of (row, window) questions with two ``searchsorted`` calls.
@@ -110,7 +111,8 @@ class PackedTimes:
         """The longest stretch of ``(start[i], end[i])`` in which row ``rows[i]`` got no event:
         from the window's start to its first event in it, between two of them, or from the
         last to the window's end (the whole window when none came). The gaps between the
-        events inside are read with one ``maximum.reduceat`` over each block's gaps."""
+        events inside are read with one ``maximum.reduceat`` over each block's gaps (the windows
+        in the order of their starts: what lies between them is read once at most)."""
         after = self.count(rows, start, side="right")  # its first event after the start
         before = self.count(rows, end, side="left")  # ... and its last before the end
         longest = (end - start).astype(np.int64)
@@ -126,6 +128,9 @@ class PackedTimes:
             mine = np.flatnonzero((r >= block.lo) & (r < block.hi) & (b - a > 1))
             if not len(mine):
                 continue
+            # In the order of their starts, so that the stretches between two windows, which
+            # reduceat reduces too, add up to the block's length at most.
+            mine = mine[np.argsort(first[mine], kind="stable")]
             lo = first[mine] - self._offsets[block.lo]
             bounds = np.column_stack((lo, lo + (b - a)[mine] - 1)).ravel()
             widest = np.maximum.reduceat(block.gaps(), bounds)[::2]
@@ -186,7 +191,18 @@ def _blocks(offsets: IntArray, times: IntArray) -> list[_Block]:
 
 
 class SpanIndex:
-    """Streams open over ``[opened[i], closed[i]]``, to ask which were open over intervals."""
+    """Streams open over ``[opened[i], closed[i]]``, to ask which were open over intervals.
+
+    The streams open over ``[lo, hi]`` are those opened by ``lo`` (a prefix of the streams in
+    the order of their opening), less those closed before ``hi`` (a prefix in the order of
+    their closing), plus those of the latter not among the former: the streams wholly inside
+    ``(lo, hi)``, which are looked up one by one (streams grouped by how long they last, in
+    powers of two, each group sorted by its opening: only those shorter than ``hi - lo``, and
+    opened after ``lo``, a window one ``searchsorted`` finds). The two prefixes are held as
+    :class:`_Ranked` (a wavelet matrix of the streams' numbers): the ``k``-th stream open
+    over an interval, in the order of their numbers, is found in one pass per bit of those
+    numbers, without listing the others.
+    """
 
     def __init__(self, opened: IntArray, closed: IntArray) -> None:
         duration = np.maximum(closed - opened, 1)
@@ -195,54 +211,146 @@ class SpanIndex:
         for k in np.unique(kind).tolist():
             members = np.flatnonzero(kind == k)
             members = members[np.argsort(opened[members], kind="stable")]
-            longest = int((closed[members] - opened[members]).max())
-            self._groups.append((longest, members, opened[members]))
+            shortest = int((closed[members] - opened[members]).min())
+            self._groups.append((shortest, members, opened[members]))
         self._closed = closed
+        by_opening = np.argsort(opened, kind="stable")
+        by_closing = np.argsort(closed, kind="stable")
+        self._opened_sorted = opened[by_opening]
+        self._closed_sorted = closed[by_closing]
+        self._by_opening = _Ranked(by_opening)
+        self._by_closing = _Ranked(by_closing)
 
-    def open_over(
-        self, lo: IntArray, hi: IntArray
-    ) -> Iterator[tuple[IntArray, IntArray, IntArray]]:
-        """Batches of ``(question, stream, sizes)``: every stream open over question ``i``'s
-        interval ``[lo[i], hi[i]]`` (opened at or before ``lo``, closed at or after ``hi``),
-        the pairs sorted by question then stream; ``sizes`` counts each question's streams
-        (for the questions of the batch, ``question`` holding their numbers)."""
+    def sample_over(
+        self, lo: IntArray, hi: IntArray, most: int
+    ) -> Iterator[tuple[IntArray, IntArray]]:
+        """Batches of ``(question, stream)`` pairs, sorted by question then stream: of the
+        streams open over question ``i``'s interval ``[lo[i], hi[i]]`` (opened at or before
+        ``lo``, closed at or after ``hi``), in the order of their numbers, all of them up to
+        ``most`` (at least 2), else ``most`` of them evenly spread (the ranks ``np.linspace``
+        picks: a fixed sample). Each is found by its rank, so a question costs its sample
+        times the bits of a stream's number, plus the streams wholly inside its interval."""
+        opened_by = np.searchsorted(self._opened_sorted, lo, side="right")
+        closed_before = np.searchsorted(self._closed_sorted, hi, side="left")
         windows = [
             (
-                np.searchsorted(starts, hi - longest, side="left"),
                 np.searchsorted(starts, lo, side="right"),
+                np.searchsorted(starts, hi - shortest, side="left"),
             )
-            for longest, _, starts in self._groups
+            for shortest, _, starts in self._groups
         ]
-        load = np.zeros(len(lo), dtype=np.int64)
+        inside = np.zeros(len(lo), dtype=np.int64)  # at most this many wholly inside
         for a, b in windows:
-            load += np.maximum(b - a, 0)
+            inside += np.maximum(b - a, 0)
+        load = np.minimum(opened_by - closed_before + inside, most) + inside
         first = 0
         while first < len(lo):
             last = _batch_end(load, first, PAIR_BATCH)
-            yield self._pairs(first, last, lo, hi, windows)
+            yield self._sample(first, last, lo, hi, windows, opened_by, closed_before, most)
             first = last
 
-    def _pairs(
+    def _sample(
         self,
         first: int,
         last: int,
         lo: IntArray,
         hi: IntArray,
         windows: list[tuple[IntArray, IntArray]],
-    ) -> tuple[IntArray, IntArray, IntArray]:
-        questions, streams = [], []
+        opened_by: IntArray,
+        closed_before: IntArray,
+        most: int,
+    ) -> tuple[IntArray, IntArray]:
+        # The streams wholly inside each interval, as sorted keys: question * n + stream.
+        n = len(self._closed)
+        keys = [np.zeros(0, dtype=np.int64)]
         for (_, members, _), (a, b) in zip(self._groups, windows, strict=True):
-            a, b = a[first:last], b[first:last]
-            q, at = _ranges(a, b)
+            q, at = _ranges(a[first:last], b[first:last])
             picked = members[at]
-            keep = self._closed[picked] >= hi[q + first]
-            questions.append(q[keep] + first)
-            streams.append(picked[keep])
-        question = np.concatenate([np.zeros(0, dtype=np.int64), *questions])
-        stream = np.concatenate([np.zeros(0, dtype=np.int64), *streams])
-        order = np.lexsort((stream, question))
-        sizes = np.bincount(question - first, minlength=last - first).astype(np.int64)
-        return question[order], stream[order], sizes
+            keep = self._closed[picked] < hi[q + first]
+            keys.append(q[keep] * n + picked[keep])
+        wholly = np.sort(np.concatenate(keys))
+        within = np.bincount(wholly // max(n, 1), minlength=last - first).astype(np.int64)
+        sizes = opened_by[first:last] - closed_before[first:last] + within
+        question, rank = _spread(sizes, most)
+        stream = _select(
+            rank,
+            question * n,
+            (self._by_opening, opened_by[first:last][question]),
+            (self._by_closing, closed_before[first:last][question]),
+            wholly,
+        )
+        return question + first, stream
+
+
+class _Ranked:
+    """A wavelet matrix of ``values`` (each in ``0 .. len(values) - 1``): per bit, top first,
+    the values stably parted by that bit, and the zeros counted before each position (int32:
+    half the memory), to count and select by value within any prefix of ``values``."""
+
+    def __init__(self, values: IntArray) -> None:
+        self.bits = max(int(len(values) - 1).bit_length(), 1)
+        self.zeros = np.zeros((self.bits, len(values) + 1), dtype=np.int32)
+        self.total = np.zeros(self.bits, dtype=np.int64)
+        v = values
+        for level in range(self.bits):
+            one = ((v >> (self.bits - 1 - level)) & 1).astype(np.bool_)
+            np.cumsum(~one, out=self.zeros[level, 1:])
+            self.total[level] = self.zeros[level, -1]
+            v = np.concatenate((v[~one], v[one]))
+
+
+def _spread(sizes: IntArray, most: int) -> tuple[IntArray, IntArray]:
+    """Per question, the ranks asked: all up to ``most``, else ``most`` evenly spread (as
+    ``np.linspace(0, size - 1, most).astype(int)`` picks them)."""
+    sizes = np.maximum(sizes, 0)
+    taken = np.minimum(sizes, most)
+    question = np.repeat(np.arange(len(sizes), dtype=np.int64), taken)
+    rank = positions(np.zeros(len(sizes), dtype=np.int64), taken)
+    many = np.flatnonzero(sizes > most)
+    if len(many):
+        step = (sizes[many] - 1) / (most - 1)
+        picks = np.arange(most, dtype=np.float64)[None, :] * step[:, None]
+        picks[:, -1] = sizes[many] - 1
+        starts = (np.cumsum(taken) - taken)[many]
+        rank[(starts[:, None] + np.arange(most)[None, :]).ravel()] = picks.astype(np.int64).ravel()
+    return question, rank
+
+
+def _select(
+    rank: IntArray,
+    base: IntArray,
+    added: tuple[_Ranked, IntArray],
+    taken: tuple[_Ranked, IntArray],
+    extra: IntArray,
+) -> IntArray:
+    """The value of rank ``rank[i]`` (from 0, in value order) in the multiset: the first
+    ``added[1][i]`` values of ``added[0]``, less the first ``taken[1][i]`` of ``taken[0]``
+    (all among them, or in ``extra``), plus those of ``extra`` (sorted keys) from ``base[i]``
+    on and below ``base[i] + len``. One pass per bit, top first, for all ranks at once."""
+    plus, minus = added[0], taken[0]
+    a_lo, a_hi = np.zeros(len(rank), dtype=np.int64), added[1].astype(np.int64)
+    t_lo, t_hi = np.zeros(len(rank), dtype=np.int64), taken[1].astype(np.int64)
+    k = rank.copy()
+    value = np.zeros(len(rank), dtype=np.int64)
+    e_lo = np.searchsorted(extra, base, side="left") if len(extra) else None
+    for level in range(plus.bits):
+        half = 1 << (plus.bits - 1 - level)
+        zp, zm = plus.zeros[level], minus.zeros[level]
+        za_lo, za_hi, zt_lo, zt_hi = zp[a_lo], zp[a_hi], zm[t_lo], zm[t_hi]
+        zeros = (za_hi - za_lo) - (zt_hi - zt_lo)
+        if e_lo is not None:
+            e_mid = np.searchsorted(extra, base + value + half, side="left")
+            zeros += e_mid - e_lo
+        one = k >= zeros
+        k -= np.where(one, zeros, 0)
+        value += np.where(one, half, 0)
+        a_lo = np.where(one, plus.total[level] + a_lo - za_lo, za_lo)
+        a_hi = np.where(one, plus.total[level] + a_hi - za_hi, za_hi)
+        t_lo = np.where(one, minus.total[level] + t_lo - zt_lo, zt_lo)
+        t_hi = np.where(one, minus.total[level] + t_hi - zt_hi, zt_hi)
+        if e_lo is not None:
+            e_lo = np.where(one, e_mid, e_lo)
+    return value
 
 
 def _ranges(a: IntArray, b: IntArray) -> tuple[IntArray, IntArray]:

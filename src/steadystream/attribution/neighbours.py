@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from steadystream.attribution.clocks import StreamClocks
-from steadystream.attribution.inflight import NO, UNSURE, YES, PackedTimes, SpanIndex, positions
+from steadystream.attribution.inflight import NO, UNSURE, YES, PackedTimes, SpanIndex
 from steadystream.attribution.streams import StreamView
 
 __all__ = ["ALIGN_NS", "COMMON_SHARE", "HEAD_LUMP", "MAX_NEIGHBOURS", "Neighbours"]
@@ -101,7 +101,10 @@ class Neighbours:
         (one engine step, stretched for all; streams that pause each for its own reasons
         start and end at their own times). Before a first token, streams that were still
         waiting for theirs count too, and only the resumption can line up. Past
-        :data:`MAX_NEIGHBOURS` streams in flight, an evenly spread sample of them is asked.
+        :data:`MAX_NEIGHBOURS` streams in flight, an evenly spread sample of them is asked (as
+        ``np.linspace`` picks them, in the order of the streams: a fixed sample keeps a
+        100,000-stream run's cost bounded and the answer reproducible), found by rank
+        without listing the rest (:meth:`~.inflight.SpanIndex.sample_over`).
         Third, the common silence (-1: none to ask): the longest stretch of the gap that
         :data:`COMMON_SHARE` of the streams asked were silent through, each its own longest
         (the part of the stall an engine step stretched for everyone; the rest is the
@@ -115,8 +118,9 @@ class Neighbours:
             which = np.flatnonzero(first_token == first)
             if not len(which) or not len(self._rows):
                 continue
-            for question, other, sizes in self._span_index(first).open_over(lo[which], hi[which]):
-                keep = _sampled(sizes) & (self._index[other] != index[which[question]])
+            spans = self._span_index(first)
+            for question, other in spans.sample_over(lo[which], hi[which], MAX_NEIGHBOURS):
+                keep = self._index[other] != index[which[question]]
                 question, other = question[keep], other[keep]
                 at = which[question]
                 said, asked, silence = self._paused_with(
@@ -203,19 +207,3 @@ def _common(stalls: int, silences: Sequence[tuple[IntArray, IntArray]]) -> IntAr
     reach = np.ceil(COMMON_SHARE * asked[has]).astype(np.int64)
     common[has] = length[first[has] + asked[has] - reach]
     return common
-
-
-def _sampled(sizes: IntArray) -> BoolArray:
-    """Which pairs of a batch are asked: all of a stall's streams in flight up to
-    :data:`MAX_NEIGHBOURS`, else that many evenly spread (as ``np.linspace`` picks them: a
-    fixed sample keeps a 100,000-stream run's cost bounded and the answer reproducible)."""
-    keep = np.ones(int(sizes.sum()), dtype=np.bool_)
-    many = np.flatnonzero(sizes > MAX_NEIGHBOURS)
-    if len(many):
-        starts = (np.cumsum(sizes) - sizes)[many]
-        keep[positions(starts, sizes[many])] = False
-        step = (sizes[many] - 1) / (MAX_NEIGHBOURS - 1)
-        picks = np.arange(MAX_NEIGHBOURS, dtype=np.float64)[None, :] * step[:, None]
-        picks[:, -1] = sizes[many] - 1
-        keep[(starts[:, None] + picks.astype(np.int64)).ravel()] = True
-    return keep
