@@ -152,7 +152,7 @@ def create_app(
     state.model_labels = ModelLabels(
         [*state.pool.models(), *(m for t in config.tenants for m in t.models)],
         config.limits.max_model_labels,
-        redact=state.pool.redact,  # (a key sent as the model never becomes a label)
+        redact=state.pool.hide_keys,  # (a key sent as the model never becomes a label)
     )
 
     @contextlib.asynccontextmanager
@@ -321,7 +321,8 @@ class _Generation:
             received,
             {
                 # (a client's key pasted as the model goes in no record, span or log line)
-                "model": state.pool.redact(proxy.model),
+                # (escaped where written: a record's JSON, a label on /metrics, a span)
+                "model": state.pool.redact(proxy.model, lines=True),
                 "route": self.route,
                 "tenant": tenant.name,
                 "upstream": candidates[0].name,

@@ -61,8 +61,9 @@ class ModelLabels:
     def __init__(
         self, configured: list[str], limit: int, *, redact: Callable[[str], str] = str
     ) -> None:
-        """``redact``: the gateway's key scrubber (:meth:`UpstreamPool.redact`); a served
-        name it changes holds a key, and is ``other``."""
+        """``redact``: the gateway's key scrubber (:meth:`UpstreamPool.hide_keys`: keys
+        only; a label's other characters are the exposition's to escape); a served name it
+        changes holds a key, and is ``other``."""
         self._known = dict.fromkeys(configured)
         self._redact = redact
         self._limit = max(limit, len(self._known))

@@ -216,17 +216,21 @@ class UpstreamPool:
                 seen.setdefault(model, None)
         return list(seen)
 
-    def redact(self, text: str) -> str:
+    def redact(self, text: str, *, lines: bool = False) -> str:
         """``text`` with every upstream or gateway key (or a key's start) replaced by ``***``,
         as one line (a line break in an upstream's words would forge a line in the log), and
         cut to :data:`_MESSAGE_LIMIT` characters (an upstream's error event may be as
         large as ``limits.max_event_bytes``: one per stream would flood the log).
+        ``lines``: its characters kept as they are (a value written only where it is
+        escaped, as a label in a record and on ``/metrics``), keys hidden and cut alike.
 
         The same scrubber as the bytes bound for clients (:meth:`byte_scrubber`), on the
         text's bytes: what a client may not see is not logged or recorded either. The cut
         comes after it, so no key is cut where the scrubber would not know it.
         """
-        text = one_line(self._scrubber.text(text))
+        text = self._scrubber.text(text)
+        if not lines:
+            text = one_line(text)
         if len(text) > _MESSAGE_LIMIT:
             return f"{text[:_MESSAGE_LIMIT]}... ({len(text)} characters)"
         return text
