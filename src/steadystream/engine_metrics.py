@@ -26,12 +26,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from steadystream._exceptions import InputError
 from steadystream._validation import shown_url
 from steadystream.attribution.engine import EngineSamples
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "SCHEMA",
@@ -55,6 +59,8 @@ MAX_BODY_BYTES = 8 << 20
 _MAX_LINE_BYTES = 16 << 20
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 1.0
+# How long the end of a run waits for the scrape in flight (a request, then its parse).
+STOP_GRACE_S = DEFAULT_TIMEOUT_S + 1.0
 SIDECAR_SUFFIX = ".engine-metrics.jsonl"  # RUN.engine-metrics.jsonl beside RUN.jsonl
 GATEWAY_PREFIX = "engine-metrics-"  # engine-metrics-NAME.jsonl in a gateway's recording folder
 
@@ -82,13 +88,16 @@ def is_engine_metrics(name: str) -> bool:
     )
 
 
-# One sample line of Prometheus' text format (0.0.4): a name, its labels (a quoted value may
-# hold '}', ',' or spaces, and escapes), the value, and an optional timestamp. Each branch of
-# the labels starts with its own character: the match is linear in the line.
+# One sample line of Prometheus' text format (0.0.4): a name, then its labels (a quoted value
+# may hold '}', ',' or spaces, and escapes) or at least a blank, the value, and an optional
+# timestamp. Every quantifier is possessive and the groups atomic: what one part took
+# is never handed back to the next, so the match is linear in the line. (Backtracking, a name
+# ran into its value: ``abc123`` read as ``abc12`` = 3, and a hostile line like
+# ``aaa...a b c d`` took 6 s for 16 KB, days for 8 MiB.)
 _SAMPLE = re.compile(
-    rb"[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*"
-    rb'(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
-    rb"[ \t]*([^ \t\r]+)(?:[ \t]+[^ \t\r]+)?[ \t\r]*"
+    rb"[ \t]*+([a-zA-Z_:][a-zA-Z0-9_:]*+)"
+    rb'(?>[ \t]*+\{(?:[^"}]++|"(?:[^"\\]++|\\.)*+")*+\}[ \t]*+|[ \t]++)'
+    rb"([^ \t\r]++)(?:[ \t]++[^ \t\r]++)?+[ \t\r]*+"
 )
 
 
@@ -111,6 +120,8 @@ def parse_exposition(text: str | bytes) -> dict[str, float]:
             raise InputError(f"not Prometheus text: line {number} is no sample")
         name_bytes, value_bytes = found.groups()
         try:
+            if b"_" in value_bytes:  # Python reads 1_000; Prometheus does not
+                raise ValueError
             value = float(value_bytes)
         except ValueError:
             raise InputError(f"not Prometheus text: line {number} has no number") from None
@@ -119,10 +130,13 @@ def parse_exposition(text: str | bytes) -> dict[str, float]:
         name = name_bytes.decode()
         if name.endswith(("_bucket", "_created")):
             continue
+        if value < 0 and name.endswith("_total"):
+            continue  # no counter: the sidecar's reader would refuse the whole file for it
         if name not in values and len(values) >= MAX_SERIES:
             continue
         values[name] = values.get(name, 0.0) + value
-    return values
+    # A sum can overflow (1e308 twice): JSON has no inf, it would be written as null.
+    return {name: value for name, value in values.items() if math.isfinite(value)}
 
 
 def read_engine_metrics(path: Path) -> EngineSamples:
@@ -259,15 +273,33 @@ class EngineScraper:
         sent = self._wall()
         try:
             timeout = aiohttp.ClientTimeout(total=self._timeout_s)
-            async with session.get(self.url, timeout=timeout) as response:
+            # A redirect is not followed: the engine would choose what we fetch, and where.
+            async with session.get(self.url, timeout=timeout, allow_redirects=False) as response:
                 if response.status != 200:
                     return None
-                body = await response.content.read(MAX_BODY_BYTES)
+                body = await _page(response)
+            if body is None:
+                return None
             received = self._wall()
             # Off the loop: the streams it relays or measures must not wait on a large page.
             return (sent + received) / 2, await asyncio.to_thread(parse_exposition, body)
         except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
             return None
+
+
+async def _page(response: aiohttp.ClientResponse) -> bytes | None:
+    """The whole body, or None for one longer than ``MAX_BODY_BYTES``. (One ``read`` returns
+    what has come so far: a page in several packets would be read cut, as other values.)"""
+    if (response.content_length or 0) > MAX_BODY_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await response.content.read(MAX_BODY_BYTES + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+    return b"".join(chunks)
 
 
 def _drop_cut_line(fd: int) -> None:
@@ -334,7 +366,9 @@ async def scraping(
             yield scraper
         finally:
             stop.set()
-            await asyncio.wait_for(task, DEFAULT_TIMEOUT_S + 1.0)
+            # A scrape still in flight is cancelled: a slow engine does not fail the run.
+            with suppress(TimeoutError):
+                await asyncio.wait_for(task, STOP_GRACE_S)
             say(
                 f"engine metrics: {scraper.scrapes} scrapes of {shown_url(url)} to"
                 f" {scraper.path} ({scraper.failures} failed)"

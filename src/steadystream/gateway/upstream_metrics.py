@@ -20,7 +20,7 @@ from yarl import URL
 
 from steadystream._validation import shown_url
 from steadystream.engine_metrics import (
-    DEFAULT_TIMEOUT_S,
+    STOP_GRACE_S,
     EngineScraper,
     gateway_metrics_path,
 )
@@ -61,4 +61,9 @@ async def scraping_upstreams(config: GatewayConfig) -> AsyncIterator[list[Engine
         finally:
             stop.set()
             if tasks:
-                await asyncio.wait(tasks, timeout=DEFAULT_TIMEOUT_S + 1.0)
+                _, late = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+                # A scrape still in flight (a slow engine) is cancelled, not left to run
+                # on after its session closed (and destroyed, pending, with the loop).
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
