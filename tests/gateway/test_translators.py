@@ -296,6 +296,31 @@ def test_a_whole_chat_completion_becomes_a_response_and_a_message() -> None:
     assert (message.usage.input_tokens, message.usage.output_tokens) == (3, 4)
 
 
+def test_a_whole_answer_in_content_parts_with_vllms_null_reasoning_content_is_read() -> None:
+    # Content parts were dropped (an empty answer), and a null reasoning_content hid the
+    # reasoning beside it (vLLM sends both names).
+    message = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Hel"},
+            {"type": "image"},
+            {"type": "text", "text": "lo"},
+        ],
+        "reasoning_content": None,
+        "reasoning": "Hm.",
+    }
+    body = orjson.dumps(
+        {**COMPLETION, "choices": [{**COMPLETION["choices"][0], "message": message}]}
+    )  # type: ignore[dict-item]
+    raw = whole_answer("responses", body, "r1", model="m", created=5, request=REQUEST)
+    assert openai.types.responses.Response.model_validate_json(raw).output_text == "Hello"
+    raw = whole_answer("messages", body, "r1", model="m", created=5, request=REQUEST)
+    blocks = anthropic.types.Message.model_validate_json(raw).content
+    assert [block.type for block in blocks] == ["thinking", "text"]
+    assert blocks[0].thinking == "Hm."  # type: ignore[union-attr]
+    assert blocks[1].text == "Hello"  # type: ignore[union-attr]
+
+
 # -- request bodies --------------------------------------------------------------------------
 
 CHAT_REQUEST: TypeAdapter[Any] = TypeAdapter(

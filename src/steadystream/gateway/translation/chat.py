@@ -82,6 +82,18 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _message_text(value: Any) -> str:
+    """A whole answer's text: a string, or content parts (``[{"type": "text", "text": ...}]``,
+    their texts joined); anything else is none."""
+    if isinstance(value, list):
+        return "".join(
+            part["text"]
+            for part in value
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return _text(value)
+
+
 def count(usage: dict[str, Any] | None, name: str, details: str = "") -> int | None:
     """One count of a chat usage object, or of its ``details`` object (None: not given, or
     no count: negative, not an integer, or past what a timeline holds). A stream's usage
@@ -114,13 +126,14 @@ def read_answer(body: bytes) -> ChatAnswer:
     choice = _first_choice(data["choices"])
     message = choice.get("message")
     message = message if isinstance(message, dict) else {}
-    text = _text(message.get("content")) + _text(message.get("refusal"))  # (read as content)
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    text = _message_text(message.get("content")) + _text(message.get("refusal"))  # (as content)
+    # (vLLM sends both names, one of them null: the first that holds text.)
+    reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning"))
     finish = choice.get("finish_reason")
     usage = data.get("usage")
     return ChatAnswer(
         text=text,
-        reasoning=reasoning if isinstance(reasoning, str) else "",
+        reasoning=reasoning,
         finish=finish if isinstance(finish, str) else None,
         usage=usage if isinstance(usage, dict) else None,
     )
