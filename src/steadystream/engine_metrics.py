@@ -44,6 +44,7 @@ __all__ = [
     "check_option",
     "gateway_metrics_path",
     "is_engine_metrics",
+    "next_wait",
     "parse_exposition",
     "read_engine_metrics",
     "scrape_target",
@@ -61,6 +62,10 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_TIMEOUT_S = 1.0
 # How long the end of a run waits for the scrape in flight (a request, then its parse).
 STOP_GRACE_S = DEFAULT_TIMEOUT_S + 1.0
+# Reading a page holds the interpreter (a thread, but the GIL's) from the loop that relays or
+# measures the streams: a page that takes long to read is read less often, so that reading
+# takes at most a tenth of the time (an engine's 8 MiB of tiny lines costs ~2 s a read).
+_READ_SHARE = 0.1
 SIDECAR_SUFFIX = ".engine-metrics.jsonl"  # RUN.engine-metrics.jsonl beside RUN.jsonl
 GATEWAY_PREFIX = "engine-metrics-"  # engine-metrics-NAME.jsonl in a gateway's recording folder
 
@@ -224,6 +229,7 @@ class EngineScraper:
         # Several processes scrape into ``path`` (a gateway's workers): only the one that
         # holds the file's lock does; when it ends, the next to try takes over.
         self._shared = shared
+        self._read_s = 0.0  # how long the last page took to read (parse)
 
     async def probe(self) -> bool:
         """Whether the endpoint answers with Prometheus text now."""
@@ -248,8 +254,9 @@ class EngineScraper:
                     holding = True
                     _drop_cut_line(fd)
                 if holding:
+                    self._read_s = 0.0
                     await self._scrape_into(fd)
-                wait = self._interval_s - (time.monotonic() - began)
+                wait = next_wait(self._interval_s, time.monotonic() - began, self._read_s)
                 if wait > 0:
                     with suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), wait)
@@ -282,9 +289,19 @@ class EngineScraper:
                 return None
             received = self._wall()
             # Off the loop: the streams it relays or measures must not wait on a large page.
-            return (sent + received) / 2, await asyncio.to_thread(parse_exposition, body)
+            began = time.monotonic()
+            try:
+                return (sent + received) / 2, await asyncio.to_thread(parse_exposition, body)
+            finally:
+                self._read_s = time.monotonic() - began
         except (aiohttp.ClientError, TimeoutError, InputError, UnicodeError):
             return None
+
+
+def next_wait(interval_s: float, took_s: float, read_s: float) -> float:
+    """Seconds until the next scrape: the rest of the interval, and at least long enough
+    that reading pages (``read_s`` the last one) takes :data:`_READ_SHARE` of the time."""
+    return max(interval_s - took_s, read_s * (1 / _READ_SHARE - 1))
 
 
 async def _page(response: aiohttp.ClientResponse) -> bytes | None:

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from steadystream import InputError, engine_metrics
 from steadystream.engine_metrics import (
     EngineScraper,
+    next_wait,
     parse_exposition,
     read_engine_metrics,
     scraping,
@@ -348,3 +349,11 @@ def test_the_gateway_cancels_a_scrape_in_flight_when_it_stops(
     with MetricsPeer("once-then-hang") as peer:
         left = asyncio.run(serve(peer))
     assert left == []
+
+
+def test_a_page_slow_to_read_is_read_less_often() -> None:
+    # Reading a page holds the interpreter from the loop that relays the streams: an engine
+    # whose page takes 1.8 s to read (8 MiB of tiny lines) was read again at once, for ever.
+    assert next_wait(0.1, 0.02, 0.001) == pytest.approx(0.08)  # a page as engines send
+    assert next_wait(0.1, 2.0, 1.8) == pytest.approx(16.2)  # reading: a tenth of the time
+    assert next_wait(0.1, 0.3, 0.0) == 0.0  # a failed scrape that took long: none to wait
