@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import orjson
 
 from steadystream.engine_metrics import SCHEMA, read_engine_metrics
 from steadystream.gateway import GatewayServer
+from steadystream.gateway.upstream_metrics import scraping_upstreams
 from steadystream.lab import LabServer
 from tests.support.gateway import chat_body, gateway_config, post, upstream
 
@@ -41,3 +44,49 @@ def test_off_by_default(tmp_path: Path) -> None:
         with GatewayServer(config) as gateway:
             post(gateway.base_url, "/chat/completions", chat_body(max_tokens=5))
     assert not list(tmp_path.glob("engine-metrics-*"))
+
+
+def test_upstreams_are_asked_together_at_start(tmp_path: Path) -> None:
+    # One after another, each upstream that does not answer held the gateway's start for a
+    # second. Here the engine answers only once all three asks are in: asked in turn, the
+    # first would time out alone.
+    async def run() -> tuple[int, list[str]]:
+        waiting: list[asyncio.StreamWriter] = []
+        most = 0
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal most
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                await reader.readuntil(b"\r\n\r\n")
+                waiting.append(writer)
+                most = max(most, len(waiting))
+                if len(waiting) == 3:
+                    page = b"vllm:num_requests_running 1\n"
+                    for each in waiting:
+                        each.write(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: "
+                            + str(len(page)).encode()
+                            + b"\r\n\r\n"
+                            + page
+                        )
+                        await each.drain()
+                await reader.read()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        config = gateway_config(
+            *({"name": f"up{i}", "base_url": f"http://127.0.0.1:{port}/v1"} for i in range(3)),
+            recording={"enabled": True, "directory": str(tmp_path), "engine_metrics": True},
+        )
+        try:
+            async with scraping_upstreams(config) as scrapers:
+                names = sorted(s.path.name for s in scrapers)
+        finally:
+            for each in waiting:
+                each.close()
+            server.close()
+        return most, names
+
+    most, names = asyncio.run(run())
+    assert most == 3
+    assert names == [f"engine-metrics-up{i}.jsonl" for i in range(3)]

@@ -43,17 +43,22 @@ async def scraping_upstreams(config: GatewayConfig) -> AsyncIterator[list[Engine
     directory = Path(recording.directory)
     directory.mkdir(parents=True, exist_ok=True)
     async with aiohttp.ClientSession() as session:
-        scrapers = []
+        candidates = []
         for upstream in config.upstreams:
             url = str(URL(upstream.base_url).origin() / "metrics")
             # Upstream names are letters, digits, '.', '_' and '-' (config checks): file-safe.
             path = gateway_metrics_path(directory, upstream.name)
             # With several workers each runs this: one of them scrapes (the file's lock).
-            scraper = EngineScraper(url, path, session, shared=True)
-            if await scraper.probe():
+            candidates.append(EngineScraper(url, path, session, shared=True))
+        # Asked together: one after another, each upstream that does not answer would hold
+        # the gateway's start for its timeout (a second each).
+        answers = await asyncio.gather(*(scraper.probe() for scraper in candidates))
+        scrapers = []
+        for scraper, answered in zip(candidates, answers, strict=True):
+            if answered:
                 scrapers.append(scraper)
             else:
-                log.info("engine metrics: %s does not answer; not scraped", shown_url(url))
+                log.info("engine metrics: %s does not answer; not scraped", shown_url(scraper.url))
         stop = asyncio.Event()
         tasks = [asyncio.create_task(s.run(stop)) for s in scrapers]
         try:
