@@ -6,7 +6,11 @@ import orjson
 import pytest
 
 from steadystream import ConfigError
-from steadystream._exceptions import UpstreamStatusError
+from steadystream._exceptions import (
+    UpstreamConnectError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+)
 from steadystream.gateway.config import UpstreamConfig, config_from_mapping
 from steadystream.gateway.failover import Action, Progress
 from steadystream.gateway.refusal import upstream_refusal
@@ -113,6 +117,15 @@ def test_an_upstream_status_goes_on_only_when_it_is_an_error(status: int, passed
     refused = upstream_refusal(UpstreamStatusError(status, "no"), str)
     assert refused.status == passed_on
     assert refused.code.startswith("upstream_")  # what the upstream said, still named
+
+
+def test_an_upstream_reached_that_sent_no_answer_is_not_called_unreachable() -> None:
+    # (A reset, bytes that are no HTTP, a whole body that cannot be streamed: "unreachable"
+    # sends whoever reads it to check the network.)
+    broke = upstream_refusal(UpstreamStreamError("answered whole and its body broke"), str)
+    assert (broke.status, broke.code) == (502, "upstream_bad_response")
+    gone = upstream_refusal(UpstreamConnectError("cannot connect"), str)
+    assert (gone.status, gone.code) == (502, "upstream_unreachable")
 
 
 @pytest.mark.parametrize("status", [400, 429, 503, 101, 204, 304])

@@ -16,7 +16,12 @@ from http import HTTPStatus
 from starlette.types import Send
 
 from steadystream._api_errors import ApiError, ErrorShape
-from steadystream._exceptions import UpstreamError, UpstreamStatusError, UpstreamTimeoutError
+from steadystream._exceptions import (
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeoutError,
+)
 from steadystream._types import Outcome
 from steadystream.gateway.recording import StreamRecord
 from steadystream.gateway.state import GatewayState
@@ -36,6 +41,10 @@ def upstream_refusal(error: UpstreamError, redact: Callable[[str], str]) -> ApiE
         status, code = 504, "upstream_timeout"
     elif isinstance(error, ResponseTooLargeError):
         status, code = 502, "upstream_response_too_large"
+    elif isinstance(error, UpstreamStreamError):
+        # Reached, but what it sent was no answer (a reset, bytes that are no HTTP, a whole
+        # body that cannot be streamed): not "unreachable", which sends people to the network.
+        status, code = 502, "upstream_bad_response"
     else:
         status, code = 502, "upstream_unreachable"
     return ApiError(status, redact(str(error)), type="upstream_error", code=code)
