@@ -334,3 +334,23 @@ def test_a_stream_cut_before_its_end_names_its_dialects_end(api: str, end: str) 
     timeline = record(whole[:5], api)
     assert timeline.outcome is Outcome.TRUNCATED
     assert timeline.error == f"stream ended without {end}"
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        ({"status": "failed"}, "the response failed (response.failed, no message)"),
+        (
+            {"error": {"code": "server_error"}},
+            "server_error: the response failed (response.failed, no message)",
+        ),
+        (
+            {"error": {"code": "rate_limit_exceeded", "message": "slow"}},
+            "rate_limit_exceeded: slow",
+        ),
+    ],
+)
+def test_a_failed_response_says_what_it_can(response: dict[str, Any], error: str) -> None:
+    pieces = responses_stream(["a"])
+    pieces.insert(3, event("response.failed", sequence_number=3, response=response))
+    assert record(pieces, "responses").error == error

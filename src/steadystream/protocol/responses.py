@@ -109,7 +109,13 @@ class ResponsesDialect:
         if kind == "response.failed":
             response = obj.get("response")
             error = response.get("error") if isinstance(response, dict) else None
-            return in_band_error(error if isinstance(error, dict) else {"message": kind})
+            if isinstance(error, dict) and error.get("message"):
+                return in_band_error(error)
+            # (A failure that says nothing more: its code, if any, and what it was.)
+            code = error.get("code") if isinstance(error, dict) else None
+            return in_band_error(
+                {"code": code, "message": "the response failed (response.failed, no message)"}
+            )
         if kind == "response.created":
             response = obj.get("response")
             if self._envelope is None and isinstance(response, dict):
