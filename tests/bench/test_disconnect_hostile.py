@@ -5,7 +5,6 @@ that holds what the server made up."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -19,7 +18,7 @@ from steadystream.bench.disconnect import DisconnectPolicy, EventIds, reconnect_
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import SseEvent
 from tests.support.bench import id_event
-from tests.support.scripted import chunked
+from tests.support.scripted import chunked, serving
 
 pytestmark = pytest.mark.integration
 
@@ -63,33 +62,19 @@ async def _rest(writer: Writer) -> None:
 async def _server(post: Answer, get: Answer) -> AsyncIterator[tuple[str, list[bytes]]]:
     """Answers the POST with ``post`` and any other request with ``get``; yields the base URL
     and the heads of the requests after the POST."""
-    handlers: list[asyncio.Task[None]] = []
     returns: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
-        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
         # (the client drops the first connection mid-answer, and may leave any other)
-        try:
-            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-                head = await reader.readuntil(b"\r\n\r\n")
-                if head.startswith(b"POST"):
-                    await post(writer)
-                else:
-                    returns.append(head)
-                    await get(writer)
-        finally:
-            writer.close()  # (also when the test's end cancels it)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"POST"):
+            await post(writer)
+        else:
+            returns.append(head)
+            await get(writer)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with serving(handle) as port:
         yield f"http://127.0.0.1:{port}/v1", returns
-    finally:
-        server.close()
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await server.wait_closed()
 
 
 async def _dropped(

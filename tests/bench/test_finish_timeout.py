@@ -17,7 +17,7 @@ from steadystream.bench.client import StreamClient
 from steadystream.bench.config import BenchConfig
 from steadystream.bench.workload import RequestSpec
 from steadystream.protocol import DONE, chat_chunk, encode_chunk
-from tests.support.scripted import chunked
+from tests.support.scripted import chunked, serving
 
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 _TEXT = encode_chunk(chat_chunk("c", "m", 1, content="whole answer"))
@@ -34,28 +34,14 @@ Script = Callable[[asyncio.StreamWriter, asyncio.Event], Awaitable[None]]
 async def _server(script: Script) -> AsyncIterator[tuple[str, asyncio.Event]]:
     """Answers one request with ``script``; the event it is handed lets it go on."""
     go_on = asyncio.Event()
-    handlers: list[asyncio.Task[None]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
-        try:
-            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-                await reader.readuntil(b"\r\n\r\n")
-                await script(writer, go_on)
-                await reader.read()  # (until the client closes)
-        finally:
-            writer.close()
+        await reader.readuntil(b"\r\n\r\n")
+        await script(writer, go_on)
+        await reader.read()  # (until the client closes)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with serving(handle) as port:
         yield f"http://127.0.0.1:{port}/v1", go_on
-    finally:
-        server.close()
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await server.wait_closed()
 
 
 def _client(url: str, clock: FakeClock) -> StreamClient:

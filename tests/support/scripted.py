@@ -1,13 +1,16 @@
 """A scripted raw-socket HTTP server on loopback: each test writes the bytes it wants, when;
-and one exchange with it through the stamped connection of the build under test."""
+and one exchange with it through the stamped connection of the build under test. Also
+:func:`serving`, the same on the test's own event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from steadystream._clock import MonotonicClock
 from steadystream.stamped import StampMode, Target
@@ -125,3 +128,32 @@ async def exchange(
         return head.status, head.headers, pieces
     finally:
         conn.close()
+
+
+Handle = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def serving(handle: Handle) -> AsyncIterator[int]:
+    """``handle`` each connection to 127.0.0.1 on the running loop; yields the port. On the
+    way out what is still being handled is cancelled, each connection closed, the server
+    stopped. A client that leaves mid-answer is no error of the handler's."""
+    handlers: list[asyncio.Task[None]] = []
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                await handle(reader, writer)
+        finally:
+            writer.close()  # (also when the test's end cancels it)
+
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
