@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
-import math
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from steadystream import InputError, engine_metrics
 from steadystream.engine_metrics import (
@@ -32,6 +30,7 @@ from steadystream.engine_metrics import (
 )
 from steadystream.gateway import upstream_metrics
 from steadystream.gateway.upstream_metrics import scraping_upstreams
+from tests.support.attribution import by_prometheus_client
 from tests.support.gateway import gateway_config
 from tests.support.threaded_app import ThreadedApp
 
@@ -201,16 +200,6 @@ def test_a_number_prometheus_does_not_read_is_refused(value: str) -> None:
         parse_exposition(f"a {value}\n")
 
 
-def _by_prometheus_client(text: str) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")) or not math.isfinite(sample.value):
-                continue
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
-
-
 @pytest.mark.parametrize(
     "page",
     [
@@ -226,7 +215,7 @@ def _by_prometheus_client(text: str) -> dict[str, float]:
     ],
 )
 def test_a_valid_page_reads_as_prometheus_client_reads_it(page: str) -> None:
-    assert parse_exposition(page) == _by_prometheus_client(page)
+    assert parse_exposition(page) == by_prometheus_client(page)
 
 
 # -- the scraper against a hostile endpoint --------------------------------------------------

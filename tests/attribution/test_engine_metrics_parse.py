@@ -8,17 +8,16 @@ stall the tool itself added to every stream it was measuring.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from pathlib import Path
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from steadystream import InputError, engine_metrics
 from steadystream.engine_metrics import EngineScraper, parse_exposition
 from steadystream.lab import LabServer
+from tests.support.attribution import by_prometheus_client
 
 # What prometheus_client reads, with what a parser may stumble on: quoted label values that
 # hold '}', ',', spaces and escapes, a trailing comma, timestamps, +Inf, tabs, comments that
@@ -46,18 +45,8 @@ TRICKY = "\n".join(
 )
 
 
-def _by_prometheus_client(text: str) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")) or not math.isfinite(sample.value):
-                continue
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
-
-
 def test_the_page_reads_as_prometheus_client_reads_it() -> None:
-    expected = _by_prometheus_client(TRICKY)
+    expected = by_prometheus_client(TRICKY)
     assert parse_exposition(TRICKY) == expected
     assert parse_exposition(TRICKY.encode()) == expected
     assert expected["vllm:kv"] == 0.75  # (summed over label sets)

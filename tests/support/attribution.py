@@ -1,10 +1,13 @@
-"""Streams on a shared wall clock for the attribution tests, and a gateway's recording of them
-over two files."""
+"""Streams on a shared wall clock for the attribution tests, a gateway's recording of them
+over two files, and an engine page's values as prometheus_client reads them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from steadystream import Event, EventKind, Timeline, TokenSource, Where
 from steadystream.files import write_jsonl
@@ -74,3 +77,16 @@ def gateway_folder(root: Path) -> Path:
         ],
     )
     return folder
+
+
+def by_prometheus_client(text: str) -> dict[str, float]:
+    """An engine page's values as steadystream's reader keeps them (summed over label sets;
+    buckets, ``_created`` and non-finite values left out), read by prometheus_client's own
+    parser: the reference the fast reader is held to."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith(("_bucket", "_created")) or not math.isfinite(sample.value):
+                continue
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
