@@ -58,7 +58,13 @@ def test_metrics_are_consistent_with_the_recordings(tmp_path: Path) -> None:
     recorder = TimelineRecorder(tmp_path)
     with LabServer("steady", seed=2) as lab:
         config = gateway_config(
-            upstream(lab, "lab", forward_headers=["X-Lab-Fault"]),
+            # Only its fault may fail the lab: a busy machine's pause of a second is no stall.
+            upstream(
+                lab,
+                "lab",
+                forward_headers=["X-Lab-Fault"],
+                timeouts={"first_token": "60s", "stall": "60s"},
+            ),
             # The same lab again as the fallback, stalling after two tokens: a failover
             # that fails, so every kind of ending shows up once.
             upstream(lab, "again", fault="stall-after=2:forever", priority=1),
