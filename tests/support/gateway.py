@@ -40,10 +40,12 @@ def upstream(
 
 
 def gateway_config(*upstreams: dict[str, Any], **sections: Any) -> GatewayConfig:
-    """A configuration with test-sized timeouts unless told otherwise."""
+    """A configuration with test-sized timeouts unless told otherwise: long enough that a
+    busy machine's pause (a collection over a test worker's heap, a neighbour's burst) is no
+    stall of a healthy lab, short enough that a fault's stall ends a test in a second."""
     data: dict[str, Any] = {
         "upstreams": list(upstreams),
-        "watchdog": {"first_token_timeout": "1s", "stall_timeout": "300ms"},
+        "watchdog": {"first_token_timeout": "3s", "stall_timeout": "1s"},
     }
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
