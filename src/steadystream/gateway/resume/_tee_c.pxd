@@ -2,6 +2,10 @@
 
 cimport cython
 
+# C constants in the compiled build: a byte of ``data`` is compared as a C integer.
+cdef Py_ssize_t _COLON
+cdef Py_ssize_t _LF
+
 
 cdef class StreamLog:
     cdef public list events
