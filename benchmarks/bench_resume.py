@@ -8,8 +8,10 @@ default) and ``redis`` (a ``redis-server`` this script starts on loopback and st
 Debian's). Each phase streams N concurrent requests through one of them (chat, the lab's
 tokens, ``bench_gateway``'s client and measures: events per second of the proxy's own CPU,
 the gateway's own added latency from its histogram, delivery latency against the lab's
-truth); the phases alternate ``off``, ``memory``, ``redis`` for ``--rounds`` rounds, so the
-machine's drift falls on all three alike. The ratios are each phase's events per proxy
+truth); the phases alternate for ``--rounds`` rounds, each round starting one mode later
+(``off``, ``memory``, ``redis``; then ``memory``, ``redis``, ``off``; ...), so the
+machine's drift and each phase's place in its round fall on all three alike (take a
+multiple of three rounds). The ratios are each phase's events per proxy
 CPU-second over the ``off`` phase of the same round.
 
 Then the time to come back: for ``--resumes`` streams that ended through the ``redis``
@@ -145,7 +147,7 @@ def main() -> None:
             proxy = processes[mode]
             measure("gateway", proxy.base_url, proxy, lab, work, 20, 5, 0.2)
         for round_ in range(args.rounds):
-            for mode in _MODES:
+            for mode in rotated(_MODES, round_):
                 proxy = processes[mode]
                 result = measure(
                     "gateway", proxy.base_url, proxy, lab, work, args.streams, args.tokens,
@@ -173,6 +175,15 @@ def main() -> None:
         )
 
 
+def rotated(modes: tuple[str, ...], round_: int) -> tuple[str, ...]:
+    """The phases of round ``round_``: each round starts one mode later (off, memory, redis;
+    then memory, redis, off; ...), so that over a multiple of three rounds each mode runs in
+    each place once, and what a place brings (the machine warmer or colder after a pause,
+    the previous phase's gateway still settling) falls on every mode alike."""
+    shift = round_ % len(modes)
+    return modes[shift:] + modes[:shift]
+
+
 def report(results: list[tuple[int, str, PhaseResult]], resume_ms: list[float]) -> None:
     off = {r: p for r, m, p in results if m == "off"}
     print()
@@ -188,6 +199,23 @@ def report(results: list[tuple[int, str, PhaseResult]], resume_ms: list[float]) 
             f"{rate / base_rate:.3f} | {p.own_p99_ms or float('nan'):.2f} | {p.p99_ms:.1f} | "
             f"{p.p99_ms - base.p99_ms:+.1f} |"
         )
+    ratios: dict[str, list[float]] = {}
+    added: dict[str, list[float]] = {}
+    for round_, mode, p in results:
+        base = off[round_]
+        if p.proxy_cpu_s and base.proxy_cpu_s:
+            rate, base_rate = p.events / p.proxy_cpu_s, base.events / base.proxy_cpu_s
+            ratios.setdefault(mode, []).append(rate / base_rate)
+        added.setdefault(mode, []).append(p.p99_ms - base.p99_ms)
+    print()
+    for mode in _MODES[1:]:
+        if ratios.get(mode):
+            print(
+                f"{mode}: events per proxy CPU-s over off, mean {np.mean(ratios[mode]):.3f}"
+                f" (min {min(ratios[mode]):.3f}, max {max(ratios[mode]):.3f});"
+                f" added delivery p99 mean {np.mean(added[mode]):+.1f} ms"
+                f" (min {min(added[mode]):+.1f}, max {max(added[mode]):+.1f})"
+            )
     if resume_ms:
         values = np.asarray(resume_ms)
         print()

@@ -6,7 +6,7 @@ of streams that cannot be resumed) with no work for Redis on the relay's path.
 
 A stream's events are already in this process's log (the memory store's, which the tee
 writes to), so they are read from there (:meth:`RedisWriter.opened` is given the log). One
-writer task, every 25 ms, takes what is new in the logs that got events since it last
+writer task, every 50 ms, takes what is new in the logs that got events since it last
 looked (a log says so once, :meth:`StreamLog.tell_news`: one test on the relay's path, no
 call, and no look at the logs with nothing new), and sends it, with the opens and ends
 queued meanwhile, as one call of a Lua script: one command and one round trip whatever the
@@ -44,12 +44,15 @@ from steadystream.gateway.resume.store import StreamInfo
 __all__ = ["RedisWriter"]
 
 # A batch takes what the logs and the queue got in this long: each call costs the client
-# and Redis (which shares the gateway's cores) a fixed part, so fewer calls cost less: a
-# loaded gateway relayed 0.82 of resume off's events per CPU-second with calls every 2 ms,
-# 0.82-0.84 every 8 ms, 0.86-0.88 every 25 ms (benchmarks/bench_resume.py). Readers on
-# another replica see live events up to this much later (a reader on this process reads
-# its own copy): 25 ms is below what a person reading can tell.
-_COALESCE_S = 0.025
+# and Redis (which shares the gateway's cores) a fixed part, and each stream in a batch a
+# part of its own, so fewer calls with more events a stream cost less. A loaded gateway
+# (benchmarks/bench_resume.py, 500 streams of an event each 50 ms) relayed 0.82-0.84 of
+# resume off's events per CPU-second with calls every 8 ms, 0.84-0.88 every 25 ms (Redis
+# cost 7-9 % more than the memory store alone), 0.93-0.95 every 50 ms (2-4 % more): at
+# 50 ms a stream has an event or two in each call, at 25 ms mostly one or none. Readers
+# on another replica see live events this much later, 50-125 ms with the quiet moment (a
+# reader on this process reads its own copy).
+_COALESCE_S = 0.05
 # A batch waits for a quiet moment: one pass of the loop (a sleep(0)) shorter than this, so
 # it goes between the bursts of a batching engine's steps, not in their middle; it waits
 # no longer than _QUIET_MOST_NS for one.

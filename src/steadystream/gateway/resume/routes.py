@@ -70,7 +70,7 @@ T = TypeVar("T")
 
 LAST_EVENT_ID = "last-event-id"
 # How long a stream a shared store does not know yet is looked for: its first writes go in a
-# batch (25 ms, then a quiet moment of its loop, 75 ms at most), and a loaded gateway's
+# batch (50 ms, then a quiet moment of its loop, 75 ms at most), and a loaded gateway's
 # batch can take a second more; as long as a reader may be ahead of Redis (redis_store's
 # _AHEAD_NS).
 _JOIN_WAIT_NS = 2_000_000_000
