@@ -25,16 +25,29 @@ def compiled_wanted() -> bool:
     return os.environ.get(_SWITCH, "1").strip() not in ("0", "false", "no", "off")
 
 
+# Each source's compiled twin, or None, once looked up: twin() runs for every stream (its
+# line, tee, connection, decoder and dialect), and an import, even of a module imported
+# already, takes the import system's lock and walk each time.
+_found: dict[str, ModuleType | None] = {}
+
+
 def _compiled(source: ModuleType) -> ModuleType | None:
     name = source.__name__
+    try:
+        return _found[name]
+    except KeyError:
+        pass
     if not name.endswith("_py"):
         raise ValueError(f"{name} is not the Python source of a compiled twin (*_py)")
     try:
-        module = importlib.import_module(f"{name[:-3]}_c")
+        module: ModuleType | None = importlib.import_module(f"{name[:-3]}_c")
     except ImportError:
-        return None
+        module = None
     # A twin is compiled or it is not there (setup.py generates its source at build time).
-    return module if not (module.__file__ or "").endswith(".py") else None
+    if module is not None and (module.__file__ or "").endswith(".py"):
+        module = None
+    _found[name] = module
+    return module
 
 
 def twin(source: ModuleType) -> ModuleType:
