@@ -233,7 +233,8 @@ async def test_a_return_that_never_answers_is_bounded_by_the_read_timeout() -> N
         await asyncio.sleep(30)
 
     async with _server(_post(), silent) as (url, _):
-        timeline = await _dropped(url, read_timeout_s=0.3)
+        # (1 s: the POST's events, 20 ms apart, are read under the same timeout)
+        timeline = await _dropped(url, read_timeout_s=1.0)
     (back,) = timeline.meta["reconnects"]
     assert back["status"] is None
     assert "timed out" in back["error"]

@@ -147,7 +147,8 @@ async def test_silence_before_any_finish_is_the_read_timeouts() -> None:
 
     clock = FakeClock()
     async with _server(text_then_hold) as (url, _):
-        client = StreamClient(Endpoint(url, "m"), clock, read_timeout_s=0.3, finish_timeout_s=5.0)
+        # (1 s: the head and the text, sent at once, must come within it on a busy machine)
+        client = StreamClient(Endpoint(url, "m"), clock, read_timeout_s=1.0, finish_timeout_s=5.0)
         stream = asyncio.ensure_future(client.stream(_request(), "r1"))
         await _until(stream.done)
         assert clock.next_deadline is None  # no finish: nothing waited on the finish timeout

@@ -83,6 +83,9 @@ def test_streams_leave_no_cycles(collector_off: None, fault: str) -> None:
         config = gateway_config(
             upstream(lab, "primary", fault=fault),
             upstream(fallback, "fallback", fault=NO_FAULT, priority=1),
+            # Under the 800 ms stall, so that it fails over (a busy machine's pause past it
+            # fails over a healthy stream too: as free of cycles, all the same).
+            watchdog={"stall_timeout": "300ms"},
         )
         with GatewayServer(config) as gateway:
             post(gateway.base_url, "/chat/completions", chat_body(max_tokens=8))

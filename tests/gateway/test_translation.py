@@ -219,7 +219,15 @@ def _failing_first(how: str) -> Iterator[dict[str, Any]]:
     role chunk goes out (the gateway's opening events with it) before it breaks (``opened``)."""
     if how == "slow":
         with LabServer(FAST, seed=4) as slow:
-            yield upstream(slow, "slow", fault="slow-first-token=3s", **CHAT_ONLY)
+            # Its own first-token timeout, 2 s short of its 3 s: the test-sized 3 s would
+            # race the token it holds back.
+            yield upstream(
+                slow,
+                "slow",
+                fault="slow-first-token=3s",
+                timeouts={"first_token": "1s"},
+                **CHAT_ONLY,
+            )
     else:
         with HostileUpstream(default="adv-role-close") as broken:
             yield {"name": "broken", "base_url": broken.base_url, **CHAT_ONLY}

@@ -91,13 +91,18 @@ def test_a_reader_resumes_through_the_other_gateway(redis_server: RedisServer) -
 
 
 def dropped_then_read_on_b(
-    redis_server: RedisServer, request_id: str, tokens: int, last_event_id: str | None = None
+    redis_server: RedisServer,
+    request_id: str,
+    tokens: int,
+    last_event_id: str | None = None,
+    *,
+    grace: str = "200ms",
 ) -> tuple[Read, Read, RequestTruth]:
-    """A reader drops a stream on gateway a after 3 events (a's grace is 200 ms) and reads
+    """A reader drops a stream on gateway a after 3 events (a's grace is ``grace``) and reads
     it on b from ``last_event_id`` (default: the last it had): both reads, and the truth."""
     with (
         LabServer("steady") as lab,
-        gateways(2, upstream(lab, "lab"), redis_server.url, resume={"grace": "200ms"}) as (a, b),
+        gateways(2, upstream(lab, "lab"), redis_server.url, resume={"grace": grace}) as (a, b),
     ):
         first = read_stream(
             a.url, "POST", CHAT, chat_body(tokens), {"X-Request-Id": request_id}, leave_after=3
@@ -123,8 +128,10 @@ def test_a_reader_on_the_other_gateway_ahead_of_the_stream_is_refused_not_held(
 def test_a_reader_on_the_other_gateway_holds_the_generation_past_its_grace(
     redis_server: RedisServer,
 ) -> None:
-    first, rest, truth = dropped_then_read_on_b(redis_server, "hold-1", 80)
-    # 80 tokens take 2 s: the grace (200 ms) passed long before, while b's reader read
+    # The reader must be back on b within the grace: 1 s, not 200 ms, so that a busy
+    # machine's pause between the two reads does not cancel the generation first.
+    first, rest, truth = dropped_then_read_on_b(redis_server, "hold-1", 80, grace="1s")
+    # 80 tokens take 2 s: the grace (1 s) passed long before the end, while b's reader read
     assert truth.finish_reason == "length"
     assert first.text + rest.text == "".join(answer(truth))
 

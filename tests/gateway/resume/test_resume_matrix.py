@@ -138,6 +138,9 @@ def test_uninterrupted_and_resumed_readers_agree_on_a_failover(paced: bool) -> N
     """Two identical runs (fresh labs, same seed): the reader who dropped and came back got
     the same events, byte for byte, as the one who read it all. (Paced, how the text is cut
     into events depends on when it came, so two runs agree on the text, not the cuts.)"""
+    # Only the primary's reset may fail a lab over: a busy machine's pause of either is no
+    # stall, or the two runs would fail over at different tokens.
+    patient = {"first_token": "60s", "stall": "60s"}
     runs: list[list[tuple[str | None, str]]] = []
     texts: list[str] = []
     for leave in (None, 7):
@@ -146,8 +149,14 @@ def test_uninterrupted_and_resumed_readers_agree_on_a_failover(paced: bool) -> N
             LabServer("steady", seed=3) as fallback,
             GatewayServer(
                 gateway_config(
-                    upstream(lab, "primary", fault="reset-after=5"),
-                    upstream(fallback, "fallback", fault="slow-first-token=0ms", priority=1),
+                    upstream(lab, "primary", fault="reset-after=5", timeouts=patient),
+                    upstream(
+                        fallback,
+                        "fallback",
+                        fault="slow-first-token=0ms",
+                        priority=1,
+                        timeouts=patient,
+                    ),
                     failover={"policy": "continue"},
                 )
             ) as gw,
