@@ -212,9 +212,10 @@ def report(results: list[tuple[int, str, PhaseResult]], resume_ms: list[float]) 
         if ratios.get(mode):
             print(
                 f"{mode}: events per proxy CPU-s over off, mean {np.mean(ratios[mode]):.3f}"
-                f" (min {min(ratios[mode]):.3f}, max {max(ratios[mode]):.3f});"
-                f" added delivery p99 mean {np.mean(added[mode]):+.1f} ms"
-                f" (min {min(added[mode]):+.1f}, max {max(added[mode]):+.1f})"
+                f" (median {np.median(ratios[mode]):.3f}, min {min(ratios[mode]):.3f},"
+                f" max {max(ratios[mode]):.3f}); added delivery p99 mean"
+                f" {np.mean(added[mode]):+.1f} ms (median {np.median(added[mode]):+.1f},"
+                f" min {min(added[mode]):+.1f}, max {max(added[mode]):+.1f})"
             )
     if resume_ms:
         values = np.asarray(resume_ms)
