@@ -97,10 +97,25 @@ class RedisServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> RedisServer:
+        # The free port was free when it was looked up; another process may take it before
+        # the server binds it (as the local port of a connection it opens, say), and the
+        # server then exits at once: as a context, where nobody was given its URL yet, it
+        # tries another free port, a few times.
+        for _ in range(4):
+            if self._launch():
+                return self
+            self.port = free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
         return self.start()
 
     def start(self) -> RedisServer:
         """Start it (again, after :meth:`stop`: on the same port, with nothing kept)."""
+        if not self._launch():
+            pytest.fail(f"redis-server did not start on port {self.port}{self.said()}")
+        return self
+
+    def _launch(self) -> bool:
+        """Whether the server answers on :attr:`port` (False: it exited first)."""
         server = shutil.which("redis-server")
         if server is None:
             pytest.fail("redis-server is not installed (make system-parts installs it)")
@@ -108,18 +123,32 @@ class RedisServer:
             [
                 server, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
                 str(self.directory), "--save", "", "--appendonly", "no", "--protected-mode",
-                "yes", "--loglevel", "warning",
+                "yes", "--loglevel", "warning", "--logfile", str(self.log),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
         while not self.ping():
-            if time.monotonic() > deadline or self.process.poll() is not None:
+            if self.process.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
                 self.stop()
-                pytest.fail("redis-server did not start")
+                pytest.fail(f"redis-server did not answer on port {self.port} in 10 s{self.said()}")
             time.sleep(0.02)
-        return self
+        return True
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "redis-server.log"
+
+    def said(self) -> str:
+        """The last lines the server logged, for a failure's message."""
+        try:
+            lines = self.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "; it said: " + " | ".join(lines[-3:]) if lines else ""
 
     def ping(self) -> bool:
         try:
