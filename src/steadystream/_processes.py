@@ -3,6 +3,7 @@ until they answer, stop by pid."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -18,12 +19,38 @@ from steadystream._exceptions import SteadystreamError
 __all__ = ["Child", "free_port", "run_command", "steadystream_command"]
 
 
+# Ports for our children come from below the kernel's ephemeral range: a port from that
+# range that was free when looked up may be taken, before the child binds it, as the local
+# port of any connection opened meanwhile (a busy test run opens thousands), and the child
+# then fails to start. Below it only listeners bind, and a listener's port is seen taken.
+_LOWEST = 10_000
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_draw = random.SystemRandom()  # (not the random module's: a seeded run must not pick alike)
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now (the child binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    below = _ephemeral_start()
+    for _ in range(64 if below - _LOWEST >= 1_000 else 0):
+        port = _draw.randrange(_LOWEST, below)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # the kernel's choice
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where unknown)."""
+    try:
+        return int(_EPHEMERAL.read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def steadystream_command(*args: str) -> list[str]:
