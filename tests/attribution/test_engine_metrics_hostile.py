@@ -228,18 +228,12 @@ def _written(path: Path) -> list[dict[str, float]]:
     return [orjson.loads(line)["values"] for line in path.read_bytes().splitlines()]
 
 
-def test_a_page_in_several_packets_is_read_whole(tmp_path: Path) -> None:
-    # (Before, one read returned the first packet: a cut page, read as other values or none.)
+# "split": a page in several packets (before, one read returned the first packet: a cut
+# page, read as other values or none); "gzip": a page sent compressed.
+@pytest.mark.parametrize("mode", ["split", "gzip"])
+def test_a_page_in_packets_or_compressed_is_read_whole(tmp_path: Path, mode: str) -> None:
     path = tmp_path / "m.jsonl"
-    with MetricsPeer("split") as peer:
-        scraper = _scrape_once(f"http://127.0.0.1:{peer.port}/metrics", path)
-    assert scraper.scrapes == 1
-    assert _written(path) == [parse_exposition(PAGE)]
-
-
-def test_a_gzip_page_is_read(tmp_path: Path) -> None:
-    path = tmp_path / "m.jsonl"
-    with MetricsPeer("gzip") as peer:
+    with MetricsPeer(mode) as peer:
         scraper = _scrape_once(f"http://127.0.0.1:{peer.port}/metrics", path)
     assert scraper.scrapes == 1
     assert _written(path) == [parse_exposition(PAGE)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -21,12 +21,11 @@ from steadystream.gateway import GatewayServer, TimelineRecorder
 from steadystream.gateway.unstreamed import as_stream
 from steadystream.protocol import SseEvent, new_decoder
 from tests.support.gateway import chat_body, gateway_config, post
+from tests.support.scripted import Script, read_request
 
 pytestmark = pytest.mark.integration
 
 KEY = "sk-unstreamed-hostile-0123456789"
-
-Script = Callable[[socket.socket], None]
 
 
 def whole(body: bytes, *, length: int | None = None) -> bytes:
@@ -79,12 +78,9 @@ class RawUpstream:
     def _answer(self, peer: socket.socket) -> None:
         with peer:
             peer.settimeout(10)
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = peer.recv(65536)
-                if not data:
-                    return
-                request += data
+            request = read_request(peer)
+            if b"\r\n\r\n" not in request:
+                return
             head, _, body = request.partition(b"\r\n\r\n")
             length = next(
                 int(line.split(b":", 1)[1])

@@ -18,6 +18,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from steadystream._processes import free_port
+
 Behaviour = Literal["takes", "unavailable", "silent", "refused"]
 
 
@@ -43,9 +45,7 @@ class Collector:
 
     def __enter__(self) -> Collector:
         if self.behaviour == "refused":
-            with socket.socket() as probe:  # a port that was free a moment ago: nothing there
-                probe.bind(("127.0.0.1", 0))
-                self.url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+            self.url = f"http://127.0.0.1:{free_port()}"  # free a moment ago: nothing there
         elif self.behaviour == "silent":
             self._silent = socket.create_server(("127.0.0.1", 0))
             self.url = f"http://127.0.0.1:{self._silent.getsockname()[1]}"
